@@ -1,0 +1,277 @@
+"""``airflow-gpu``: look at the catalog, see what a spec becomes, size a model.
+
+Thin on purpose: every answer comes from the domain core, so the command and DAG code never
+disagree. Bad input exits with status 2 and one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from airflow_gpu import __version__
+from airflow_gpu.accelerators import catalog
+from airflow_gpu.accelerators.errors import AcceleratorSpecError
+
+PROG = "airflow-gpu"
+
+
+class _UsageError(Exception):
+    """A command line that cannot be run; its message is printed as is."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # argparse would print the whole usage first
+        raise _UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def render_catalog(vendor: str | None = None) -> str:
+    """The catalog as a table, one line per accelerator type (like ``sky show-gpus``)."""
+    rows = [
+        [
+            "TYPE",
+            "VENDOR",
+            "ARCHITECTURE",
+            "CC",
+            "MIN CUDA",
+            "MEMORY (GB)",
+            "FORM FACTORS",
+            "MIG",
+            "MAX/NODE",
+            "AWS INSTANCES",
+        ]
+    ]
+    for entry in catalog.CATALOG:
+        if vendor is not None and entry.vendor != vendor:
+            continue
+        rows.append(
+            [
+                entry.name,
+                entry.vendor,
+                entry.architecture,
+                entry.compute_capability or "-",
+                entry.min_cuda or "-",
+                "/".join(str(m) for m in entry.memory_variants),
+                ", ".join(entry.form_factors),
+                "yes" if entry.supports_mig else "-",
+                str(entry.max_per_node),
+                str(len(entry.instance_types)) if entry.instance_types else "-",
+            ]
+        )
+    return _table(rows)
+
+
+def render_type(name: str) -> str:
+    """Everything the catalog knows about one type."""
+    from airflow_gpu.accelerators.spec import Accelerator
+
+    entry = Accelerator.parse(name).catalog_entry  # an unknown name raises with suggestions
+    lines = [
+        f"{entry.name} ({entry.vendor}, {entry.architecture})",
+        f"  aliases:            {', '.join(entry.aliases) or '-'}",
+        f"  compute capability: {entry.compute_capability or '-'}   minimum CUDA: {entry.min_cuda or '-'}"
+        + (f"   last CUDA major: {entry.max_cuda_major}" if entry.max_cuda_major else ""),
+        f"  precisions:         {', '.join(sorted(entry.precisions))}",
+        f"  Kubernetes resource: {entry.resource_name}   max per node: {entry.max_per_node}",
+        "  variants:",
+    ]
+    for variant in entry.variants:
+        gfd, gke = variant.gfd_product or "-", variant.gke_accelerator or "-"
+        lines.append(f"    {variant.label:<12} GFD: {gfd:<24} GKE: {gke}")
+        if variant.mig_profiles:
+            profiles = ", ".join(f"{p.name} x{p.max_instances}" for p in variant.mig_profiles)
+            lines.append(f"      MIG: {profiles}")
+    if entry.instance_types:
+        lines.append("  AWS instance types:")
+        for itype in entry.instance_types:
+            lines.append(
+                f"    {itype.name:<18} {itype.accelerators:>2} x {itype.memory_gb} GB   "
+                f"{itype.vcpus} vCPUs, {itype.memory_gib} GiB"
+            )
+    return "\n".join(lines)
+
+
+def _describe(args: argparse.Namespace) -> str:
+    from airflow_gpu.accelerators.spec import Accelerator
+
+    spec = Accelerator.parse(args.spec)
+    output: dict[str, Any] = {
+        "accelerator": {
+            "spec": str(spec),
+            **spec.model_dump(),
+            "vendor": spec.vendor,
+            "architecture": spec.architecture,
+            "compute_capability": spec.compute_capability,
+            "min_cuda": spec.min_cuda,
+        }
+    }
+    if args.target == "kubernetes":
+        from airflow_gpu.accelerators.kubernetes import to_kubernetes
+
+        label_scheme: Any = args.label_scheme
+        if label_scheme.lstrip().startswith("{"):
+            label_scheme = json.loads(label_scheme)
+        placement = to_kubernetes(
+            spec,
+            cpu=args.cpu,
+            memory=_amount(args.memory),
+            shared_memory=_amount(args.shared_memory),
+            capacity=args.capacity,
+            label_scheme=label_scheme,
+            mig_strategy=args.mig_strategy,
+        )
+        output["kubernetes"] = placement.as_dict()
+    else:
+        from airflow_gpu.accelerators.batch import to_batch
+
+        output["batch"] = to_batch(
+            spec, vcpus=args.cpu, memory=_amount(args.memory), shared_memory=_amount(args.shared_memory)
+        ).as_dict()
+    if args.output == "json":
+        return json.dumps(output, indent=2)
+    import yaml  # Airflow depends on PyYAML; imported here to keep the other commands light
+
+    return str(yaml.safe_dump(output, sort_keys=False)).rstrip()
+
+
+def _amount(value: str | None) -> int | str | None:
+    """Plain digits are MiB, as in the Python API; anything else is a quantity or a keyword."""
+    if value is None:
+        return None
+    return int(value) if value.isdigit() else value
+
+
+def _recommend(args: argparse.Namespace) -> str:
+    from airflow_gpu.accelerators import recommend as rec
+
+    vendors = tuple(args.vendor) if args.vendor else None
+    estimate = rec.estimate_memory(args.params, args.task, args.precision)
+    results = rec.recommend(
+        args.params, args.task, args.precision, vendors=vendors, include_mig=not args.no_mig
+    )
+    if args.output == "json":
+        return json.dumps(
+            {
+                "estimate_gb": {
+                    "weights": estimate.weights_gb,
+                    "gradients": estimate.gradients_gb,
+                    "optimizer": estimate.optimizer_gb,
+                    "activations": estimate.activations_gb,
+                    "total": estimate.total_gb,
+                },
+                "recommendations": [
+                    {"accelerator": str(r.accelerator), "usable_gb": round(r.usable_gb, 1)} for r in results
+                ],
+                "does_not_fit_one_node": rec.not_fitting(args.params, args.task, args.precision, vendors),
+                "unsupported_precision": rec.unsupported(args.precision, vendors),
+            },
+            indent=2,
+        )
+    model = rec.MEMORY_MODELS[args.task]
+    lines = [
+        f"{estimate.parameters / 1e9:g}B parameters, {args.task} in {args.precision}: {model.description}",
+        f"  weights {estimate.weights_gb:.1f} GB + gradients {estimate.gradients_gb:.1f} GB + "
+        f"optimizer {estimate.optimizer_gb:.1f} GB + activations {estimate.activations_gb:.1f} GB "
+        f"= {estimate.total_gb:.1f} GB",
+        f"  each device keeps {rec.DEVICE_RESERVE:.0%} for the CUDA context; "
+        "memory is spread over one node's devices",
+        "",
+    ]
+    if results:
+        rows = [["ACCELERATOR", "USABLE GB", "HEADROOM GB"]]
+        rows += [[str(r.accelerator), f"{r.usable_gb:.1f}", f"{r.headroom_gb:.1f}"] for r in results]
+        lines.append(_table(rows))
+    else:
+        lines.append("No catalog accelerator holds this on one node.")
+    too_small = rec.not_fitting(args.params, args.task, args.precision, vendors)
+    if too_small:
+        lines.append(f"\nNeeds more than one node: {', '.join(too_small)}")
+    no_precision = rec.unsupported(args.precision, vendors)
+    if no_precision:
+        lines.append(f"No {args.precision} support: {', '.join(no_precision)}")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="GPU and accelerator specs for Airflow tasks.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    show = commands.add_parser("catalog", help="list the accelerator catalog, or one type in detail")
+    show.add_argument("type", nargs="?", help="a type or alias, e.g. H100 or trn2")
+    show.add_argument("--vendor", choices=sorted({e.vendor for e in catalog.CATALOG}))
+    show.add_argument("--output", choices=["table", "json"], default="table")
+
+    describe = commands.add_parser("describe", help="print what a spec becomes on Kubernetes or AWS Batch")
+    describe.add_argument("spec", help="accelerator shorthand, e.g. H100:8 or A100-80GB-MIG-3g.40gb")
+    describe.add_argument("--target", choices=["kubernetes", "batch"], default="kubernetes")
+    describe.add_argument("--cpu", help="cores (Kubernetes) or vCPUs (Batch)")
+    describe.add_argument("--memory", help="MiB as a number, or a quantity such as 64Gi")
+    describe.add_argument(
+        "--shared-memory", default="auto", help="/dev/shm size: auto, none, MiB or a quantity"
+    )
+    describe.add_argument("--capacity", choices=["spot", "on-demand", "spot-if-available"])
+    describe.add_argument(
+        "--label-scheme", default="nvidia-gfd", help="nvidia-gfd, gke, karpenter, none, or a JSON mapping"
+    )
+    describe.add_argument("--mig-strategy", choices=["mixed", "single"], default="mixed")
+    describe.add_argument("--output", choices=["yaml", "json"], default="yaml")
+
+    recommend = commands.add_parser("recommend", help="the fewest accelerators that hold a model")
+    recommend.add_argument("--params", required=True, help="parameter count, e.g. 7B, 350M, 1.5b")
+    recommend.add_argument(
+        "--task", choices=["inference", "lora", "finetune", "pretrain"], default="inference"
+    )
+    recommend.add_argument(
+        "--precision", choices=["fp32", "bf16", "fp16", "fp8", "int8", "int4"], default="bf16"
+    )
+    recommend.add_argument("--vendor", action="append", choices=sorted({e.vendor for e in catalog.CATALOG}))
+    recommend.add_argument("--no-mig", action="store_true", help="whole devices only")
+    recommend.add_argument("--output", choices=["table", "json"], default="table")
+    return parser
+
+
+def _catalog(args: argparse.Namespace) -> str:
+    if args.output == "json":
+        from dataclasses import asdict
+
+        from airflow_gpu.accelerators.spec import Accelerator
+
+        selected = [Accelerator.parse(args.type).catalog_entry] if args.type else catalog.CATALOG
+        entries = [asdict(e) for e in selected if args.vendor in (None, e.vendor)]
+        return json.dumps(entries, indent=2, default=sorted)
+    return render_type(args.type) if args.type else render_catalog(args.vendor)
+
+
+def run(argv: Sequence[str] | None = None) -> str:
+    """Run a command line and return what it prints; raises on bad input."""
+    args = build_parser().parse_args(argv)
+    handlers = {"catalog": _catalog, "describe": _describe, "recommend": _recommend}
+    return handlers[args.command](args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        print(run(argv))
+    except (_UsageError, AcceleratorSpecError, ValueError) as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `airflow-gpu catalog | head`
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

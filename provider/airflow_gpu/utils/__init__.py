@@ -1,0 +1,1 @@
+"""Glue between the pure core and the backends' client libraries."""

@@ -1,0 +1,134 @@
+"""The ``airflow-gpu`` command: output from the core, one-line errors with status 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from airflow_gpu import cli
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "airflow_gpu.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_catalog_table_lists_every_type() -> None:
+    out = cli.run(["catalog"])
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["TYPE", "VENDOR", "ARCHITECTURE"]
+    assert {line.split()[0] for line in lines[2:]} >= {"H100", "MI300X", "Trainium2", "TPU-v5p"}
+    assert [line.split()[0] for line in cli.run(["catalog", "--vendor", "aws"]).splitlines()[2:]] == [
+        "Trainium",
+        "Trainium2",
+        "Inferentia2",
+    ]
+
+
+def test_catalog_detail_and_json() -> None:
+    detail = cli.run(["catalog", "h100"])
+    assert "MIG: 1g.10gb x7, 1g.20gb x4, 2g.20gb x3, 3g.40gb x2, 4g.40gb x1, 7g.80gb x1" in detail
+    assert "p5.48xlarge" in detail and "NVIDIA-H100-NVL" in detail
+    entries = json.loads(cli.run(["catalog", "--output", "json"]))
+    assert [e["name"] for e in entries][:2] == ["V100", "T4"]
+    (b200,) = json.loads(cli.run(["catalog", "B200", "--output", "json"]))
+    assert b200["min_cuda"] == "12.8"
+
+
+def test_describe_kubernetes_yaml() -> None:
+    out = yaml.safe_load(
+        cli.run(["describe", "H100:8", "--capacity", "spot", "--memory", "512Gi", "--cpu", "96"])
+    )
+    assert out["accelerator"]["spec"] == "H100:8"
+    assert out["accelerator"]["compute_capability"] == "9.0"
+    assert out["kubernetes"]["resources"]["limits"] == {"nvidia.com/gpu": "8", "memory": "512Gi"}
+    assert out["kubernetes"]["volumes"][0]["emptyDir"]["sizeLimit"] == "65536Mi"
+
+
+def test_describe_with_a_custom_label_scheme_and_mig() -> None:
+    scheme = json.dumps({"gpu_label": "example.com/gpu", "gpu_values": {"A100": "a100"}})
+    out = json.loads(
+        cli.run(
+            [
+                "describe",
+                "A100-MIG-3g.20gb",
+                "--label-scheme",
+                scheme,
+                "--output",
+                "json",
+                "--shared-memory",
+                "none",
+            ]
+        )
+    )
+    assert out["kubernetes"]["resources"]["limits"] == {"nvidia.com/mig-3g.20gb": "1"}
+    expressions = out["kubernetes"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert expressions["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["a100"]
+    assert out["kubernetes"]["volumes"] == []
+
+
+def test_describe_batch() -> None:
+    out = json.loads(cli.run(["describe", "trn2:16", "--target", "batch", "--output", "json"]))
+    assert len(out["batch"]["containerProperties"]["linuxParameters"]["devices"]) == 16
+    assert out["batch"]["instanceTypes"] == ["trn2.48xlarge"]
+
+
+def test_recommend_table_and_json() -> None:
+    out = cli.run(["recommend", "--params", "7B", "--task", "lora", "--precision", "bf16"])
+    assert "= 19.5 GB" in out
+    assert "No bf16 support: V100, T4" in out
+    args = ["recommend", "--params", "13B", "--task", "finetune", "--vendor", "nvidia", "--output", "json"]
+    data = json.loads(cli.run(args))
+    assert data["estimate_gb"]["total"] == pytest.approx(13 * 16 * 1.3)  # 270.4 GB
+    assert {"H100-80GB:4", "H200:3", "B200:2"} <= {r["accelerator"] for r in data["recommendations"]}
+    assert "MI300X:2" not in {r["accelerator"] for r in data["recommendations"]}  # --vendor nvidia
+    big = json.loads(cli.run(["recommend", "--params", "70B", "--task", "finetune", "--output", "json"]))
+    assert "H100" in big["does_not_fit_one_node"]  # 1456 GB: more than 8 x 80 GB
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["describe", "H10:8"], "did you mean 'H100'"),
+        (["describe", "MI300X", "--target", "batch"], "no AWS instance type carries it"),
+        (["describe", "A10G", "--label-scheme", "gke"], "GKE does not offer it"),
+        (["describe", "H100", "--memory", "lots"], "memory 'lots'"),
+        (["describe"], "the following arguments are required: spec"),
+        (["recommend", "--params", "seven"], "params 'seven'"),
+        (["recommend", "--params", "7B", "--task", "dream"], "invalid choice: 'dream'"),
+        (["teleport"], "invalid choice: 'teleport'"),
+        ([], "the following arguments are required: command"),
+    ],
+)
+def test_bad_input_is_one_line_and_status_2(args: list[str], fragment: str) -> None:
+    result = _run(*args)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("airflow-gpu: error: ")
+    assert fragment in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_console_script_and_version() -> None:
+    from airflow_gpu import __version__
+
+    result = subprocess.run(
+        [str(__import__("pathlib").Path(sys.executable).with_name("airflow-gpu")), "--version"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert result.stdout.strip() == f"airflow-gpu {__version__}"

@@ -1,0 +1,93 @@
+"""The package as Airflow and a DAG file see it: cheap to import, registered as a provider."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import airflow_gpu
+
+HEAVY = ("airflow", "kubernetes", "kubernetes_asyncio", "boto3", "botocore", "yaml", "pydantic")
+
+
+def _modules_after(code: str) -> set[str]:
+    probe = f"import sys\n{code}\nprint('\\n'.join(sorted({{m.split('.')[0] for m in sys.modules}})))"
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    return set(result.stdout.split())
+
+
+def test_import_airflow_gpu_loads_nothing_heavy() -> None:
+    loaded = _modules_after("import airflow_gpu")
+    assert not loaded & set(HEAVY), loaded & set(HEAVY)
+
+
+def test_building_a_spec_loads_pydantic_but_no_airflow_or_cloud_sdk() -> None:
+    loaded = _modules_after(
+        "from airflow_gpu import Accelerator\n"
+        "from airflow_gpu.accelerators.kubernetes import to_kubernetes\n"
+        "from airflow_gpu.accelerators.batch import to_batch\n"
+        "to_kubernetes(Accelerator.parse('H100:8')); to_batch('A10G')"
+    )
+    assert "pydantic" in loaded
+    assert not loaded & {"airflow", "kubernetes", "kubernetes_asyncio", "boto3", "botocore", "yaml"}
+
+
+def test_public_names_resolve_lazily() -> None:
+    assert "Accelerator" in dir(airflow_gpu)
+    assert airflow_gpu.Accelerator.parse("H100").type == "H100"
+    assert callable(airflow_gpu.recommend)
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        airflow_gpu.Nope  # noqa: B018
+
+
+def test_provider_info_matches_the_distribution() -> None:
+    from importlib.metadata import distribution
+
+    from airflow_gpu.get_provider_info import get_provider_info
+
+    info = get_provider_info()
+    dist = distribution("airflow-provider-gpu")
+    assert info["package-name"] == dist.metadata["Name"]
+    assert info["versions"] == [airflow_gpu.__version__] == [dist.version]
+    entry_points = {ep.group: ep.value for ep in dist.entry_points}
+    assert entry_points["apache_airflow_provider"] == "airflow_gpu.get_provider_info:get_provider_info"
+
+
+@pytest.mark.slow
+def test_airflow_providers_list_shows_the_provider() -> None:
+    """The real ``airflow`` command, in its own process, with the test AIRFLOW_HOME."""
+    airflow = Path(sys.executable).with_name("airflow")
+    result = subprocess.run(
+        [str(airflow), "providers", "list", "--output", "json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+        env=dict(os.environ),
+    )
+    listing = result.stdout[result.stdout.index("[{") :]  # Airflow may log a line first
+    providers = {p["package_name"]: p for p in json.loads(listing)}
+    ours = providers["airflow-provider-gpu"]
+    assert ours["version"] == airflow_gpu.__version__
+    assert ours["description"].startswith("GPU and accelerator workloads")
+
+
+@pytest.mark.slow
+def test_example_dags_parse_without_errors() -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(Path(__file__).resolve().parent.parent / "dags"))
+    assert bag.import_errors == {}
+    dag = bag.dags["example_accelerator_spec"]
+    train = dag.get_task("train")
+    assert train.container_resources.limits == {"nvidia.com/gpu": "4", "memory": "256Gi"}
+    assert train.volumes[0].empty_dir.medium == "Memory"
+    smoke = dag.get_task("serve_smoke_test")
+    assert smoke.container_resources.limits == {"nvidia.com/mig-3g.40gb": "1", "memory": "32Gi"}
