@@ -149,6 +149,27 @@ def _ec2(name: str, accelerators: int, memory_gb: int, vcpus: int, memory_gib: i
     return InstanceType(name, accelerators, memory_gb, vcpus, memory_gib)
 
 
+# The g5, g6 and g6e families share one ladder of sizes: (suffix, GPUs, vCPUs, GiB of memory).
+_G_FAMILY_SIZES = (
+    ("xlarge", 1, 4, 16),
+    ("2xlarge", 1, 8, 32),
+    ("4xlarge", 1, 16, 64),
+    ("8xlarge", 1, 32, 128),
+    ("16xlarge", 1, 64, 256),
+    ("12xlarge", 4, 48, 192),
+    ("24xlarge", 4, 96, 384),
+    ("48xlarge", 8, 192, 768),
+)
+
+
+def _g_family(prefix: str, gpu_memory_gb: int, memory_scale: int = 1) -> tuple[InstanceType, ...]:
+    """A g-family ladder; g6e has twice the host memory of g5/g6 at every size."""
+    return tuple(
+        _ec2(f"{prefix}.{suffix}", gpus, gpu_memory_gb, vcpus, memory * memory_scale)
+        for suffix, gpus, vcpus, memory in _G_FAMILY_SIZES
+    )
+
+
 CATALOG: tuple[AcceleratorType, ...] = (
     AcceleratorType(
         name="V100",
@@ -209,16 +230,7 @@ CATALOG: tuple[AcceleratorType, ...] = (
         resource_name="nvidia.com/gpu",
         max_per_node=8,
         karpenter_name="a10g",
-        instance_types=(
-            _ec2("g5.xlarge", 1, 24, 4, 16),
-            _ec2("g5.2xlarge", 1, 24, 8, 32),
-            _ec2("g5.4xlarge", 1, 24, 16, 64),
-            _ec2("g5.8xlarge", 1, 24, 32, 128),
-            _ec2("g5.16xlarge", 1, 24, 64, 256),
-            _ec2("g5.12xlarge", 4, 24, 48, 192),
-            _ec2("g5.24xlarge", 4, 24, 96, 384),
-            _ec2("g5.48xlarge", 8, 24, 192, 768),
-        ),
+        instance_types=_g_family("g5", 24),
     ),
     AcceleratorType(
         name="L4",
@@ -232,16 +244,7 @@ CATALOG: tuple[AcceleratorType, ...] = (
         resource_name="nvidia.com/gpu",
         max_per_node=8,
         karpenter_name="l4",
-        instance_types=(
-            _ec2("g6.xlarge", 1, 24, 4, 16),
-            _ec2("g6.2xlarge", 1, 24, 8, 32),
-            _ec2("g6.4xlarge", 1, 24, 16, 64),
-            _ec2("g6.8xlarge", 1, 24, 32, 128),
-            _ec2("g6.16xlarge", 1, 24, 64, 256),
-            _ec2("g6.12xlarge", 4, 24, 48, 192),
-            _ec2("g6.24xlarge", 4, 24, 96, 384),
-            _ec2("g6.48xlarge", 8, 24, 192, 768),
-        ),
+        instance_types=_g_family("g6", 24),
     ),
     AcceleratorType(
         name="L40S",
@@ -255,16 +258,7 @@ CATALOG: tuple[AcceleratorType, ...] = (
         resource_name="nvidia.com/gpu",
         max_per_node=8,
         karpenter_name="l40s",
-        instance_types=(
-            _ec2("g6e.xlarge", 1, 48, 4, 32),
-            _ec2("g6e.2xlarge", 1, 48, 8, 64),
-            _ec2("g6e.4xlarge", 1, 48, 16, 128),
-            _ec2("g6e.8xlarge", 1, 48, 32, 256),
-            _ec2("g6e.16xlarge", 1, 48, 64, 512),
-            _ec2("g6e.12xlarge", 4, 48, 48, 384),
-            _ec2("g6e.24xlarge", 4, 48, 96, 768),
-            _ec2("g6e.48xlarge", 8, 48, 192, 1536),
-        ),
+        instance_types=_g_family("g6e", 48, memory_scale=2),
     ),
     AcceleratorType(
         name="A100",
