@@ -27,6 +27,7 @@ demo: install
 	$(BIN)/airflow-gpu describe A10G:4 --target batch --memory 96Gi
 	$(BIN)/airflow-gpu describe trn2:16 --target batch
 	$(BIN)/airflow-gpu recommend --params 7B --task lora --precision bf16
+	$(BIN)/airflow-gpu images --accelerator H100:8 --driver 535 --registry dockerhub
 
 lint: install
 	$(BIN)/ruff check provider tests bench dags docs

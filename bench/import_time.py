@@ -45,8 +45,7 @@ def main() -> None:
         env = {**os.environ, "AIRFLOW_HOME": home, "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
         _time_once("import airflow", env)  # warm the file-system cache and create airflow.cfg once
         results = {
-            name: statistics.median(_time_once(code, env) for _ in range(args.runs))
-            for name, code in CASES.items()
+            name: statistics.median(_time_once(code, env) for _ in range(args.runs)) for name, code in CASES.items()
         }
     kpo = results["baseline: cncf KubernetesPodOperator module"]
     print(f"median of {args.runs} fresh interpreters, seconds (lower is better)")

@@ -45,9 +45,7 @@ def test_catalog_detail_and_json() -> None:
 
 
 def test_describe_kubernetes_yaml() -> None:
-    out = yaml.safe_load(
-        cli.run(["describe", "H100:8", "--capacity", "spot", "--memory", "512Gi", "--cpu", "96"])
-    )
+    out = yaml.safe_load(cli.run(["describe", "H100:8", "--capacity", "spot", "--memory", "512Gi", "--cpu", "96"]))
     assert out["accelerator"]["spec"] == "H100:8"
     assert out["accelerator"]["compute_capability"] == "9.0"
     assert out["kubernetes"]["resources"]["limits"] == {"nvidia.com/gpu": "8", "memory": "512Gi"}
@@ -71,9 +69,7 @@ def test_describe_with_a_custom_label_scheme_and_mig() -> None:
         )
     )
     assert out["kubernetes"]["resources"]["limits"] == {"nvidia.com/mig-3g.20gb": "1"}
-    expressions = out["kubernetes"]["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ]
+    expressions = out["kubernetes"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert expressions["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["a100"]
     assert out["kubernetes"]["volumes"] == []
 
@@ -132,3 +128,34 @@ def test_console_script_and_version() -> None:
         timeout=60,
     )
     assert result.stdout.strip() == f"airflow-gpu {__version__}"
+
+
+def test_images_lists_the_catalog_and_the_choice() -> None:
+    out = cli.run(["images", "--accelerator", "H100:8", "--driver", "535", "--registry", "dockerhub"])
+    assert "pytorch/pytorch:2.10.0-cuda13.0-cudnn9-runtime  pytorch 2.10.0  CUDA 13.0  runtime" in out
+    assert "nvcr.io" not in out  # filtered to the registry
+    assert "For H100:8: pytorch/pytorch:2.7.1-cuda11.8-cudnn9-runtime" in out
+    assert "  - driver 535 supports CUDA <= 12.2" in out
+    assert "rocm/pytorch" in cli.run(["images"])
+
+
+def test_images_validate() -> None:
+    ok = cli.run(["images", "--accelerator", "B200", "--validate", "pytorch/pytorch:2.8.0-cuda12.9-cudnn9-runtime"])
+    assert ok.endswith("pytorch/pytorch:2.8.0-cuda12.9-cudnn9-runtime runs on B200")
+    unknown = cli.run(["images", "--accelerator", "B200", "--validate", "acme/private:7"])
+    assert unknown.endswith("acme/private:7 is accepted unchecked (its tag names no CUDA/ROCm/Neuron version) on B200")
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["images", "--accelerator", "V100", "--validate", "pytorch/pytorch:2.10.0-cuda13.0-cudnn9-runtime"],
+         "CUDA 13 dropped Volta"),
+        (["images", "--accelerator", "H100", "--framework-version", "2.8", "--driver", "535"], "no pytorch 2.8 image"),
+        (["images", "--validate", "x:1"], "--validate needs --accelerator"),
+        (["images", "--accelerator", "TPU-v5e"], "no TPU images"),
+    ],
+)  # fmt: skip
+def test_images_errors_are_one_line(args: list[str], fragment: str) -> None:
+    result = _run(*args)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and fragment in result.stderr

@@ -17,9 +17,7 @@ HEAVY = ("airflow", "kubernetes", "kubernetes_asyncio", "boto3", "botocore", "ya
 
 def _modules_after(code: str) -> set[str]:
     probe = f"import sys\n{code}\nprint('\\n'.join(sorted({{m.split('.')[0] for m in sys.modules}})))"
-    result = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
-    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
     return set(result.stdout.split())
 
 
@@ -33,7 +31,8 @@ def test_building_a_spec_loads_pydantic_but_no_airflow_or_cloud_sdk() -> None:
         "from airflow_gpu import Accelerator\n"
         "from airflow_gpu.accelerators.kubernetes import to_kubernetes\n"
         "from airflow_gpu.accelerators.batch import to_batch\n"
-        "to_kubernetes(Accelerator.parse('H100:8')); to_batch('A10G')"
+        "from airflow_gpu.images.selection import resolve_image\n"
+        "to_kubernetes(Accelerator.parse('H100:8')); to_batch('A10G'); resolve_image('auto', 'H100')"
     )
     assert "pydantic" in loaded
     assert not loaded & {"airflow", "kubernetes", "kubernetes_asyncio", "boto3", "botocore", "yaml"}

@@ -1,4 +1,4 @@
-"""``airflow-gpu``: look at the catalog, see what a spec becomes, size a model.
+"""``airflow-gpu``: look at the catalog, see what a spec becomes, size a model, pick an image.
 
 Thin on purpose: every answer comes from the domain core, so the command and DAG code never
 disagree. Bad input exits with status 2 and one line on stderr, never a traceback.
@@ -30,9 +30,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _table(rows: list[list[str]]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
-    ]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * width for width in widths))
     return "\n".join(lines)
 
@@ -158,9 +156,7 @@ def _recommend(args: argparse.Namespace) -> str:
 
     vendors = tuple(args.vendor) if args.vendor else None
     estimate = rec.estimate_memory(args.params, args.task, args.precision)
-    results = rec.recommend(
-        args.params, args.task, args.precision, vendors=vendors, include_mig=not args.no_mig
-    )
+    results = rec.recommend(args.params, args.task, args.precision, vendors=vendors, include_mig=not args.no_mig)
     if args.output == "json":
         return json.dumps(
             {
@@ -185,8 +181,7 @@ def _recommend(args: argparse.Namespace) -> str:
         f"  weights {estimate.weights_gb:.1f} GB + gradients {estimate.gradients_gb:.1f} GB + "
         f"optimizer {estimate.optimizer_gb:.1f} GB + activations {estimate.activations_gb:.1f} GB "
         f"= {estimate.total_gb:.1f} GB",
-        f"  each device keeps {rec.DEVICE_RESERVE:.0%} for the CUDA context; "
-        "memory is spread over one node's devices",
+        f"  each device keeps {rec.DEVICE_RESERVE:.0%} for the CUDA context; memory is spread over one node's devices",
         "",
     ]
     if results:
@@ -201,6 +196,45 @@ def _recommend(args: argparse.Namespace) -> str:
     no_precision = rec.unsupported(args.precision, vendors)
     if no_precision:
         lines.append(f"No {args.precision} support: {', '.join(no_precision)}")
+    return "\n".join(lines)
+
+
+def _images(args: argparse.Namespace) -> str:
+    from airflow_gpu.images import catalog as image_catalog
+    from airflow_gpu.images import selection
+
+    family = selection.REGISTRIES.get(args.registry) if args.registry else None
+    rows = [["IMAGE", "FRAMEWORK", "STACK", "FLAVOR", "PYTHON"]]
+    for image in image_catalog.images():
+        if family is not None and image.family != family:
+            continue
+        version = f"{image.framework} {'.'.join(map(str, image.framework_version))}" if image.framework_version else "-"
+        rows.append([image.reference, version, image.accelerator_stack, image.flavor or "-", image.python or "-"])
+    lines = [_table(rows)]
+    if args.validate and not args.accelerator:
+        raise _UsageError("--validate needs --accelerator (see 'airflow-gpu images --help')")
+    if args.accelerator:
+        if args.validate:
+            info = selection.validate_image(args.validate, args.accelerator, args.driver, args.compatibility)
+            verdict = (
+                "runs"
+                if info.platform != "unknown" and (info.cuda or info.rocm or info.neuron_sdk)
+                else ("is accepted unchecked (its tag names no CUDA/ROCm/Neuron version)")
+            )
+            lines.append(f"\n{args.validate} {verdict} on {args.accelerator}")
+        else:
+            choice = selection.select_image(
+                args.accelerator,
+                framework=args.framework,
+                framework_version=args.framework_version,
+                cuda=args.cuda,
+                driver_version=args.driver,
+                flavor=args.flavor,
+                registry=args.registry,
+                compatibility=args.compatibility,
+            )
+            lines.append(f"\nFor {args.accelerator}: {choice.reference}")
+            lines += [f"  - {reason}" for reason in choice.reasons]
     return "\n".join(lines)
 
 
@@ -219,9 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
     describe.add_argument("--target", choices=["kubernetes", "batch"], default="kubernetes")
     describe.add_argument("--cpu", help="cores (Kubernetes) or vCPUs (Batch)")
     describe.add_argument("--memory", help="MiB as a number, or a quantity such as 64Gi")
-    describe.add_argument(
-        "--shared-memory", default="auto", help="/dev/shm size: auto, none, MiB or a quantity"
-    )
+    describe.add_argument("--shared-memory", default="auto", help="/dev/shm size: auto, none, MiB or a quantity")
     describe.add_argument("--capacity", choices=["spot", "on-demand", "spot-if-available"])
     describe.add_argument(
         "--label-scheme", default="nvidia-gfd", help="nvidia-gfd, gke, karpenter, none, or a JSON mapping"
@@ -231,15 +263,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     recommend = commands.add_parser("recommend", help="the fewest accelerators that hold a model")
     recommend.add_argument("--params", required=True, help="parameter count, e.g. 7B, 350M, 1.5b")
-    recommend.add_argument(
-        "--task", choices=["inference", "lora", "finetune", "pretrain"], default="inference"
-    )
-    recommend.add_argument(
-        "--precision", choices=["fp32", "bf16", "fp16", "fp8", "int8", "int4"], default="bf16"
-    )
+    recommend.add_argument("--task", choices=["inference", "lora", "finetune", "pretrain"], default="inference")
+    recommend.add_argument("--precision", choices=["fp32", "bf16", "fp16", "fp8", "int8", "int4"], default="bf16")
     recommend.add_argument("--vendor", action="append", choices=sorted({e.vendor for e in catalog.CATALOG}))
     recommend.add_argument("--no-mig", action="store_true", help="whole devices only")
     recommend.add_argument("--output", choices=["table", "json"], default="table")
+
+    images = commands.add_parser("images", help="list the image catalog and pick the image for an accelerator")
+    images.add_argument("--accelerator", help="select (or with --validate, check) an image for this spec")
+    images.add_argument("--framework", choices=["pytorch", "none"], default="pytorch")
+    images.add_argument("--framework-version", help="e.g. 2.8 or 2.8.0")
+    images.add_argument("--cuda", help="CUDA major or major.minor, e.g. 12 or 12.8")
+    images.add_argument("--driver", help="NVIDIA driver of the nodes, e.g. 535 or 550.54.14")
+    images.add_argument("--flavor", choices=["runtime", "devel", "training", "inference"], default="runtime")
+    images.add_argument("--registry", choices=["dockerhub", "ngc", "nvidia-cuda", "aws-dlc", "neuron", "rocm"])
+    images.add_argument("--compatibility", choices=["strict", "minor-version"], default="strict")
+    images.add_argument("--validate", metavar="IMAGE", help="check an image reference instead of selecting one")
     return parser
 
 
@@ -258,7 +297,7 @@ def _catalog(args: argparse.Namespace) -> str:
 def run(argv: Sequence[str] | None = None) -> str:
     """Run a command line and return what it prints; raises on bad input."""
     args = build_parser().parse_args(argv)
-    handlers = {"catalog": _catalog, "describe": _describe, "recommend": _recommend}
+    handlers = {"catalog": _catalog, "describe": _describe, "recommend": _recommend, "images": _images}
     return handlers[args.command](args)
 
 

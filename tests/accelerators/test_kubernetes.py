@@ -151,9 +151,7 @@ def test_spot_if_available_is_a_preference() -> None:
         {
             "weight": 100,
             "preference": {
-                "matchExpressions": [
-                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}
-                ]
+                "matchExpressions": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}]
             },
         }
     ]
@@ -188,9 +186,7 @@ def test_custom_scheme_from_a_mapping() -> None:
         kube.node_affinity(Accelerator.parse("L4"), scheme)
     with pytest.raises(AcceleratorSpecError, match="unknown keys \\['gpu_lable'\\]"):
         LabelScheme.coerce({"gpu_lable": "x"})
-    with pytest.raises(
-        AcceleratorSpecError, match="unknown label scheme.*accepted: nvidia-gfd, gke, karpenter"
-    ):
+    with pytest.raises(AcceleratorSpecError, match="unknown label scheme.*accepted: nvidia-gfd, gke, karpenter"):
         LabelScheme.coerce("aks")
 
 
@@ -209,9 +205,7 @@ def test_tolerations() -> None:
         "eks.amazonaws.com/capacityType",
     }
     assert kube.tolerations(Accelerator.parse("L4"), "spot-if-available") == spot
-    with pytest.raises(
-        AcceleratorSpecError, match="capacity 'cheap'.*accepted: spot, on-demand, spot-if-available"
-    ):
+    with pytest.raises(AcceleratorSpecError, match="capacity 'cheap'.*accepted: spot, on-demand, spot-if-available"):
         kube.tolerations(Accelerator.parse("L4"), "cheap")  # type: ignore[arg-type]
 
 

@@ -27,11 +27,7 @@ def instance_types(accelerator: Accelerator | str) -> tuple[InstanceType, ...]:
     """AWS instance types that can host the spec, smallest first; empty if none can."""
     spec = Accelerator.parse(accelerator)
     memories = {v.memory_gb for v in spec.variants}
-    hosts = [
-        t
-        for t in spec.catalog_entry.instance_types
-        if t.accelerators >= spec.count and t.memory_gb in memories
-    ]
+    hosts = [t for t in spec.catalog_entry.instance_types if t.accelerators >= spec.count and t.memory_gb in memories]
     return tuple(sorted(hosts, key=lambda t: (t.accelerators, t.vcpus, t.memory_gib)))
 
 

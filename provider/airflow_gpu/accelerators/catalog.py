@@ -126,23 +126,13 @@ class AcceleratorType:
 _AMPERE_PRECISIONS = frozenset({"fp32", "bf16", "fp16", "int8"})
 _FP8_PRECISIONS = frozenset({"fp32", "bf16", "fp16", "fp8", "int8"})
 
-_A100_40_MIG = _mig(
-    ("1g.5gb", 7), ("1g.10gb", 4), ("2g.10gb", 3), ("3g.20gb", 2), ("4g.20gb", 1), ("7g.40gb", 1)
-)
-_80GB_MIG = _mig(
-    ("1g.10gb", 7), ("1g.20gb", 4), ("2g.20gb", 3), ("3g.40gb", 2), ("4g.40gb", 1), ("7g.80gb", 1)
-)
-_H100_NVL_MIG = _mig(
-    ("1g.12gb", 7), ("1g.24gb", 4), ("2g.24gb", 3), ("3g.47gb", 2), ("4g.47gb", 1), ("7g.94gb", 1)
-)
-_H200_MIG = _mig(
-    ("1g.18gb", 7), ("1g.35gb", 4), ("2g.35gb", 3), ("3g.71gb", 2), ("4g.71gb", 1), ("7g.141gb", 1)
-)
+_A100_40_MIG = _mig(("1g.5gb", 7), ("1g.10gb", 4), ("2g.10gb", 3), ("3g.20gb", 2), ("4g.20gb", 1), ("7g.40gb", 1))
+_80GB_MIG = _mig(("1g.10gb", 7), ("1g.20gb", 4), ("2g.20gb", 3), ("3g.40gb", 2), ("4g.40gb", 1), ("7g.80gb", 1))
+_H100_NVL_MIG = _mig(("1g.12gb", 7), ("1g.24gb", 4), ("2g.24gb", 3), ("3g.47gb", 2), ("4g.47gb", 1), ("7g.94gb", 1))
+_H200_MIG = _mig(("1g.18gb", 7), ("1g.35gb", 4), ("2g.35gb", 3), ("3g.71gb", 2), ("4g.71gb", 1), ("7g.141gb", 1))
 # B200 (180 GB usable): profile names as the NVIDIA GPU Operator's default mig-parted config lists
 # them; instance counts follow the 7-slice geometry that every Hopper/Blackwell MIG GPU shares.
-_B200_MIG = _mig(
-    ("1g.23gb", 7), ("1g.45gb", 4), ("2g.45gb", 3), ("3g.90gb", 2), ("4g.90gb", 1), ("7g.180gb", 1)
-)
+_B200_MIG = _mig(("1g.23gb", 7), ("1g.45gb", 4), ("2g.45gb", 3), ("3g.90gb", 2), ("4g.90gb", 1), ("7g.180gb", 1))
 
 
 def _ec2(name: str, accelerators: int, memory_gb: int, vcpus: int, memory_gib: int) -> InstanceType:

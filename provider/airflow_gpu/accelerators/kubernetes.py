@@ -157,9 +157,7 @@ def _gfd_requirements(accelerator: Accelerator, mig_strategy: MigStrategy) -> li
 
 
 def _tpu_requirements(accelerator: Accelerator, entry: AcceleratorType) -> list[dict[str, Any]]:
-    requirements = [
-        _requirement(GKE_TPU_ACCELERATOR, "In", _unique([v.gke_accelerator for v in accelerator.variants]))
-    ]
+    requirements = [_requirement(GKE_TPU_ACCELERATOR, "In", _unique([v.gke_accelerator for v in accelerator.variants]))]
     topology = entry.tpu_topologies.get(accelerator.count)
     if topology is not None:
         requirements.append(_requirement(GKE_TPU_TOPOLOGY, "In", [topology]))
@@ -257,9 +255,7 @@ def node_affinity(
     if capacity is not None:
         requirement = capacity_requirement(capacity, scheme)
         if requirement is not None and capacity == "spot-if-available":
-            preferred.append(
-                {"weight": SPOT_PREFERENCE_WEIGHT, "preference": {"matchExpressions": [requirement]}}
-            )
+            preferred.append({"weight": SPOT_PREFERENCE_WEIGHT, "preference": {"matchExpressions": [requirement]}})
         elif requirement is not None:
             required.append(requirement)
     if not required and not preferred:

@@ -79,9 +79,7 @@ def parse_parameter_count(value: str | int | float) -> int:
     else:
         match = _PARAMS.match(value.strip())
         if match is None:
-            raise AcceleratorSpecError(
-                "params", value, "not a parameter count", ["'7B'", "'350M'", "7000000000"]
-            )
+            raise AcceleratorSpecError("params", value, "not a parameter count", ["'7B'", "'350M'", "7000000000"])
         count = int(float(match["number"]) * _UNITS[match["unit"].lower()])
     if count <= 0:
         raise AcceleratorSpecError("params", value, "must be positive", ["'7B'", "'350M'"])
@@ -105,9 +103,7 @@ class MemoryEstimate:
         return self.weights_gb + self.gradients_gb + self.optimizer_gb + self.activations_gb
 
 
-def estimate_memory(
-    params: str | int | float, task: str = "inference", precision: str = "bf16"
-) -> MemoryEstimate:
+def estimate_memory(params: str | int | float, task: str = "inference", precision: str = "bf16") -> MemoryEstimate:
     """The memory a task needs, from ``MEMORY_MODELS`` and ``BYTES_PER_PARAMETER``."""
     count = parse_parameter_count(params)
     model = MEMORY_MODELS.get(task)
@@ -177,9 +173,7 @@ def recommend(
         for memory_gb in entry.memory_variants:
             variant_spec = {"type": entry.name, "memory_gb": memory_gb}
             if include_mig:
-                profiles = {
-                    p.name: p for v in entry.variants if v.memory_gb == memory_gb for p in v.mig_profiles
-                }
+                profiles = {p.name: p for v in entry.variants if v.memory_gb == memory_gb for p in v.mig_profiles}
                 for profile in sorted(profiles.values(), key=lambda p: (p.memory_gb, p.compute_slices)):
                     if profile.compute_slices < 7 and _usable(profile.memory_gb) >= estimate.total_gb:
                         spec = Accelerator(**variant_spec, mig=profile.name)
@@ -214,8 +208,4 @@ def not_fitting(
 def unsupported(precision: str, vendors: tuple[str, ...] | None = None) -> list[str]:
     """Catalog types that cannot compute in ``precision``."""
     compute = _COMPUTE_PRECISION.get(precision, precision)
-    return [
-        e.name
-        for e in catalog.CATALOG
-        if (vendors is None or e.vendor in vendors) and compute not in e.precisions
-    ]
+    return [e.name for e in catalog.CATALOG if (vendors is None or e.vendor in vendors) and compute not in e.precisions]

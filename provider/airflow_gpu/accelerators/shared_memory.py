@@ -24,9 +24,7 @@ AUTO_MAX_MIB = 64 * 1024
 AUTO_MAX_SHARE_OF_MEMORY = 0.5
 
 
-def shared_memory_mib(
-    accelerator: Accelerator, size: SharedMemory, memory: MemoryAmount | None
-) -> int | None:
+def shared_memory_mib(accelerator: Accelerator, size: SharedMemory, memory: MemoryAmount | None) -> int | None:
     """MiB of ``/dev/shm`` to give; None means "leave the runtime's default"."""
     if size is None or size == 0 or (isinstance(size, str) and size.strip().lower() in {"none", "default"}):
         return None

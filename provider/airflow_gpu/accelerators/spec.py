@@ -48,18 +48,14 @@ def _find_type(name: str) -> AcceleratorType:
 def _normalize_form_factor(entry: AcceleratorType, value: str) -> str:
     form_factor = catalog.FORM_FACTOR_ALIASES.get(value.strip().lower())
     if form_factor is None or form_factor not in entry.form_factors:
-        raise AcceleratorSpecError(
-            "form_factor", value, f"{entry.name} has no such form factor", entry.form_factors
-        )
+        raise AcceleratorSpecError("form_factor", value, f"{entry.name} has no such form factor", entry.form_factors)
     return form_factor
 
 
 def _normalize_mig(value: str) -> str:
     match = _MIG_PROFILE.match(value.strip())
     if match is None:
-        raise AcceleratorSpecError(
-            "mig", value, "not a MIG profile name", "names like '3g.40gb' or 'mig-1g.10gb'"
-        )
+        raise AcceleratorSpecError("mig", value, "not a MIG profile name", "names like '3g.40gb' or 'mig-1g.10gb'")
     return f"{int(match['slices'])}g.{int(match['memory'])}gb"
 
 
@@ -78,8 +74,7 @@ def _check_variants(entry: AcceleratorType, memory_gb: int | None, form_factor: 
     matching = [
         v
         for v in entry.variants
-        if (memory_gb is None or v.memory_gb == memory_gb)
-        and (form_factor is None or v.form_factor == form_factor)
+        if (memory_gb is None or v.memory_gb == memory_gb) and (form_factor is None or v.form_factor == form_factor)
     ]
     if not matching:
         raise AcceleratorSpecError(
@@ -91,9 +86,7 @@ def _check_variants(entry: AcceleratorType, memory_gb: int | None, form_factor: 
     return matching
 
 
-def _check_mig(
-    entry: AcceleratorType, variants: list[Variant], profile_name: str, count: int
-) -> list[Variant]:
+def _check_mig(entry: AcceleratorType, variants: list[Variant], profile_name: str, count: int) -> list[Variant]:
     if not entry.supports_mig:
         mig_types = [e.name for e in catalog.CATALOG if e.supports_mig]
         raise AcceleratorSpecError("mig", profile_name, f"{entry.name} does not support MIG", mig_types)
@@ -173,9 +166,7 @@ def parse_shorthand(text: str) -> dict[str, Any]:
     constructor and the parser give the same errors.
     """
     if not isinstance(text, str) or not text.strip():
-        raise AcceleratorSpecError(
-            "spec", text, "empty accelerator spec", ["'H100'", "'H100:8'", "'A100-40GB:4'"]
-        )
+        raise AcceleratorSpecError("spec", text, "empty accelerator spec", ["'H100'", "'H100:8'", "'A100-40GB:4'"])
     name, sep, count_text = text.strip().partition(":")
     fields: dict[str, Any] = {}
     if sep:
@@ -277,9 +268,7 @@ class Accelerator(BaseModel):
         if isinstance(text, Accelerator):
             return text
         if not isinstance(text, str):
-            raise AcceleratorSpecError(
-                "spec", text, f"expected a string or an Accelerator, got {type(text).__name__}"
-            )
+            raise AcceleratorSpecError("spec", text, f"expected a string or an Accelerator, got {type(text).__name__}")
         return cls(**parse_shorthand(text))
 
     # Derived facts, read from the catalog so that there is one source of truth.
@@ -361,7 +350,5 @@ def _unwrap(error: ValidationError) -> ValueError:
             "spec", where, "unknown field", ["type", "count", "memory_gb", "form_factor", "mig"]
         )
     if first["type"] == "missing":
-        return AcceleratorSpecError(
-            where, None, "is required", ["type='H100'", "Accelerator.parse('H100:8')"]
-        )
+        return AcceleratorSpecError(where, None, "is required", ["type='H100'", "Accelerator.parse('H100:8')"])
     return AcceleratorSpecError(where, first.get("input"), first["msg"])

@@ -15,8 +15,7 @@ try:
     from kubernetes.client import models as k8s
 except ImportError as error:  # pragma: no cover - depends on the installed extras
     raise ImportError(
-        "airflow_gpu.utils.kubernetes needs the Kubernetes client: "
-        "pip install 'airflow-provider-gpu[kubernetes]'"
+        "airflow_gpu.utils.kubernetes needs the Kubernetes client: pip install 'airflow-provider-gpu[kubernetes]'"
     ) from error
 
 from airflow_gpu.accelerators.kubernetes import KubernetesPlacement

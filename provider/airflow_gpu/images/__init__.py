@@ -1,0 +1,1 @@
+"""Container images for accelerators: a catalog of real tags, selection and validation. Pure."""
