@@ -239,13 +239,20 @@ def _images(args: argparse.Namespace) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # Choices come from the core, so the command cannot drift from what the functions accept.
+    from airflow_gpu.accelerators.kubernetes import CAPACITIES, MIG_STRATEGIES
+    from airflow_gpu.accelerators.recommend import BYTES_PER_PARAMETER, MEMORY_MODELS
+    from airflow_gpu.images.cuda import COMPATIBILITY_MODES
+    from airflow_gpu.images.selection import FLAVORS, FRAMEWORKS, REGISTRIES
+
+    vendors = sorted({e.vendor for e in catalog.CATALOG})
     parser = _Parser(prog=PROG, description="GPU and accelerator specs for Airflow tasks.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     show = commands.add_parser("catalog", help="list the accelerator catalog, or one type in detail")
     show.add_argument("type", nargs="?", help="a type or alias, e.g. H100 or trn2")
-    show.add_argument("--vendor", choices=sorted({e.vendor for e in catalog.CATALOG}))
+    show.add_argument("--vendor", choices=vendors)
     show.add_argument("--output", choices=["table", "json"], default="table")
 
     describe = commands.add_parser("describe", help="print what a spec becomes on Kubernetes or AWS Batch")
@@ -254,30 +261,30 @@ def build_parser() -> argparse.ArgumentParser:
     describe.add_argument("--cpu", help="cores (Kubernetes) or vCPUs (Batch)")
     describe.add_argument("--memory", help="MiB as a number, or a quantity such as 64Gi")
     describe.add_argument("--shared-memory", default="auto", help="/dev/shm size: auto, none, MiB or a quantity")
-    describe.add_argument("--capacity", choices=["spot", "on-demand", "spot-if-available"])
+    describe.add_argument("--capacity", choices=CAPACITIES)
     describe.add_argument(
         "--label-scheme", default="nvidia-gfd", help="nvidia-gfd, gke, karpenter, none, or a JSON mapping"
     )
-    describe.add_argument("--mig-strategy", choices=["mixed", "single"], default="mixed")
+    describe.add_argument("--mig-strategy", choices=MIG_STRATEGIES, default="mixed")
     describe.add_argument("--output", choices=["yaml", "json"], default="yaml")
 
     recommend = commands.add_parser("recommend", help="the fewest accelerators that hold a model")
     recommend.add_argument("--params", required=True, help="parameter count, e.g. 7B, 350M, 1.5b")
-    recommend.add_argument("--task", choices=["inference", "lora", "finetune", "pretrain"], default="inference")
-    recommend.add_argument("--precision", choices=["fp32", "bf16", "fp16", "fp8", "int8", "int4"], default="bf16")
-    recommend.add_argument("--vendor", action="append", choices=sorted({e.vendor for e in catalog.CATALOG}))
+    recommend.add_argument("--task", choices=list(MEMORY_MODELS), default="inference")
+    recommend.add_argument("--precision", choices=list(BYTES_PER_PARAMETER), default="bf16")
+    recommend.add_argument("--vendor", action="append", choices=vendors)
     recommend.add_argument("--no-mig", action="store_true", help="whole devices only")
     recommend.add_argument("--output", choices=["table", "json"], default="table")
 
     images = commands.add_parser("images", help="list the image catalog and pick the image for an accelerator")
     images.add_argument("--accelerator", help="select (or with --validate, check) an image for this spec")
-    images.add_argument("--framework", choices=["pytorch", "none"], default="pytorch")
+    images.add_argument("--framework", choices=FRAMEWORKS, default="pytorch")
     images.add_argument("--framework-version", help="e.g. 2.8 or 2.8.0")
     images.add_argument("--cuda", help="CUDA major or major.minor, e.g. 12 or 12.8")
     images.add_argument("--driver", help="NVIDIA driver of the nodes, e.g. 535 or 550.54.14")
-    images.add_argument("--flavor", choices=["runtime", "devel", "training", "inference"], default="runtime")
-    images.add_argument("--registry", choices=["dockerhub", "ngc", "nvidia-cuda", "aws-dlc", "neuron", "rocm"])
-    images.add_argument("--compatibility", choices=["strict", "minor-version"], default="strict")
+    images.add_argument("--flavor", choices=FLAVORS, default="runtime")
+    images.add_argument("--registry", choices=list(REGISTRIES))
+    images.add_argument("--compatibility", choices=COMPATIBILITY_MODES, default="strict")
     images.add_argument("--validate", metavar="IMAGE", help="check an image reference instead of selecting one")
     return parser
 
