@@ -46,6 +46,7 @@ test: lint typecheck docs pytest
 
 bench: install
 	$(BIN)/python bench/import_time.py
+	$(BIN)/python bench/emulator_throughput.py
 
 clean:
 	rm -rf $(VENV) docs/_build .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -238,6 +238,22 @@ def _images(args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def _emulate(args: argparse.Namespace) -> str:
+    from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
+
+    emulator = KubernetesEmulator(args.cluster, port=args.port)
+
+    def announce(running: KubernetesEmulator) -> None:
+        print(
+            f"Kubernetes API emulator ({running.spec.name} cluster, {len(running.spec.nodes)} nodes) at {running.url}"
+        )
+        print(f"kubeconfig: {args.kubeconfig}")
+        print(f"export KUBECONFIG={args.kubeconfig}", flush=True)
+
+    emulator.serve_forever(kubeconfig=args.kubeconfig, announce=announce)
+    return "stopped"
+
+
 def build_parser() -> argparse.ArgumentParser:
     # Choices come from the core, so the command cannot drift from what the functions accept.
     from airflow_gpu.accelerators.kubernetes import CAPACITIES, MIG_STRATEGIES
@@ -286,6 +302,13 @@ def build_parser() -> argparse.ArgumentParser:
     images.add_argument("--registry", choices=list(REGISTRIES))
     images.add_argument("--compatibility", choices=COMPATIBILITY_MODES, default="strict")
     images.add_argument("--validate", metavar="IMAGE", help="check an image reference instead of selecting one")
+
+    emulate = commands.add_parser("emulate", help="serve a local emulator of a cloud API")
+    emulated = emulate.add_subparsers(dest="backend", required=True, parser_class=_Parser)
+    kubernetes = emulated.add_parser("kubernetes", help="a Kubernetes API with GPU nodes and spot faults")
+    kubernetes.add_argument("--cluster", default="demo", help="'demo' or a cluster YAML file")
+    kubernetes.add_argument("--kubeconfig", default=".emulator/kubeconfig", help="where to write the kubeconfig")
+    kubernetes.add_argument("--port", type=int, default=0, help="0 picks a free port")
     return parser
 
 
@@ -304,14 +327,20 @@ def _catalog(args: argparse.Namespace) -> str:
 def run(argv: Sequence[str] | None = None) -> str:
     """Run a command line and return what it prints; raises on bad input."""
     args = build_parser().parse_args(argv)
-    handlers = {"catalog": _catalog, "describe": _describe, "recommend": _recommend, "images": _images}
+    handlers = {
+        "catalog": _catalog,
+        "describe": _describe,
+        "recommend": _recommend,
+        "images": _images,
+        "emulate": _emulate,
+    }
     return handlers[args.command](args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         print(run(argv))
-    except (_UsageError, AcceleratorSpecError, ValueError) as error:
+    except (_UsageError, AcceleratorSpecError, ValueError, OSError) as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `airflow-gpu catalog | head`

@@ -1,0 +1,418 @@
+"""The Kubernetes REST API over aiohttp, for what the ``kubernetes`` client, ``kubernetes_asyncio``
+and ``KubernetesPodOperator`` call, plus the ``/_emulator/`` control endpoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import json
+from typing import Any
+
+from aiohttp import web
+
+from airflow_gpu.testing.kubernetes import patch as patching
+from airflow_gpu.testing.kubernetes.cluster import NodeSpec
+from airflow_gpu.testing.kubernetes.cluster_state import ClusterState
+from airflow_gpu.testing.kubernetes.kubelet import log_lines
+from airflow_gpu.testing.kubernetes.objects import ApiError, bad_request, invalid, validate_metadata
+from airflow_gpu.testing.kubernetes.selectors import SelectorError, field_matcher, label_matcher
+from airflow_gpu.testing.kubernetes.store import RESOURCES, Obj, Resource
+
+STATE_KEY: web.AppKey[ClusterState] = web.AppKey("state", ClusterState)
+TRUE = {"true", "True", "1"}
+#: Metadata a client cannot change with PUT or PATCH.
+SERVER_OWNED_METADATA = (
+    "name", "namespace", "uid", "creationTimestamp", "generation", "resourceVersion", "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+)  # fmt: skip
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.json_response(data, status=status, dumps=lambda d: json.dumps(d, separators=(",", ":")))
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    try:
+        response: web.StreamResponse = await handler(request)
+        return response
+    except ApiError as error:
+        return _json(error.status(), error.code)
+    except SelectorError as error:
+        return _json(bad_request(str(error)).status(), 400)
+    except json.JSONDecodeError as error:
+        return _json(bad_request(f"the request body is not JSON: {error}").status(), 400)
+
+
+def _state(request: web.Request) -> ClusterState:
+    return request.app[STATE_KEY]
+
+
+def _resource(request: web.Request) -> Resource:
+    plural = request.match_info["plural"]
+    resource = RESOURCES.get(plural)
+    group = request.match_info.get("group", "")
+    if resource is None or (resource.group or "") != (group or ""):
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+    return resource
+
+
+def _matcher(request: web.Request) -> Any:
+    labels = label_matcher(request.query.get("labelSelector"))
+    fields = field_matcher(request.query.get("fieldSelector"))
+    return lambda obj: labels(obj["metadata"].get("labels") or {}) and fields(obj)
+
+
+async def _body(request: web.Request) -> Any:
+    raw = await request.read()
+    return json.loads(raw) if raw else {}
+
+
+# --- discovery ------------------------------------------------------------------------------
+
+
+async def version(request: web.Request) -> web.Response:
+    return _json({"major": "1", "minor": "33", "gitVersion": "v1.33.0-airflow-gpu-emulator", "platform": "linux/amd64"})
+
+
+async def api_versions(request: web.Request) -> web.Response:
+    return _json({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})
+
+
+async def api_groups(request: web.Request) -> web.Response:
+    batch = {"groupVersion": "batch/v1", "version": "v1"}
+    return _json(
+        {
+            "kind": "APIGroupList",
+            "apiVersion": "v1",
+            "groups": [{"name": "batch", "versions": [batch], "preferredVersion": batch}],
+        }
+    )
+
+
+def _resource_list(group_version: str) -> dict[str, Any]:
+    resources = [
+        {
+            "name": r.plural,
+            "singularName": r.kind.lower(),
+            "namespaced": r.namespaced,
+            "kind": r.kind,
+            "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+        }
+        for r in RESOURCES.values()
+        if r.api_version == group_version
+    ]
+    if group_version == "v1":
+        resources += [
+            {"name": "pods/log", "singularName": "", "namespaced": True, "kind": "Pod", "verbs": ["get"]},
+            {
+                "name": "pods/status",
+                "singularName": "",
+                "namespaced": True,
+                "kind": "Pod",
+                "verbs": ["get", "patch", "update"],
+            },
+            {"name": "pods/eviction", "singularName": "", "namespaced": True, "kind": "Eviction", "verbs": ["create"]},
+        ]
+    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}
+
+
+async def core_resources(request: web.Request) -> web.Response:
+    return _json(_resource_list("v1"))
+
+
+async def batch_resources(request: web.Request) -> web.Response:
+    return _json(_resource_list("batch/v1"))
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+# --- generic CRUD ---------------------------------------------------------------------------
+
+
+async def list_or_watch(request: web.Request) -> web.StreamResponse:
+    state, resource = _state(request), _resource(request)
+    namespace = request.match_info.get("namespace")
+    if namespace is None and resource.namespaced is False:
+        namespace = None
+    if namespace is not None:
+        state.store.get("namespaces", "", namespace)
+    matches = _matcher(request)
+    if request.query.get("watch") in TRUE:
+        return await _watch(request, state, resource, namespace, matches)
+    items = state.store.list(resource.plural, namespace, matches)
+    return _json(
+        {
+            "kind": f"{resource.kind}List",
+            "apiVersion": resource.api_version,
+            "metadata": {"resourceVersion": state.store.resource_version},
+            "items": items,
+        }
+    )
+
+
+async def _watch(
+    request: web.Request, state: ClusterState, resource: Resource, namespace: str | None, matches: Any
+) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
+    await response.prepare(request)
+    watch = state.store.watch(resource.plural, namespace, matches, request.query.get("resourceVersion"))
+    timeout = float(request.query.get("timeoutSeconds") or 1800)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    try:
+        while (remaining := deadline - loop.time()) > 0:
+            try:
+                item = await asyncio.wait_for(watch.queue.get(), timeout=remaining)
+            except asyncio.TimeoutError:
+                break
+            if item is None:
+                break
+            event, obj = item
+            await response.write((json.dumps({"type": event, "object": obj}) + "\n").encode())
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass
+    finally:
+        state.store.stop_watch(watch)
+    with contextlib.suppress(ConnectionResetError):
+        await response.write_eof()
+    return response
+
+
+async def create(request: web.Request) -> web.Response:
+    state, resource = _state(request), _resource(request)
+    namespace = request.match_info.get("namespace", "")
+    body = await _body(request)
+    if not isinstance(body, dict):
+        raise bad_request("the body must be a JSON object")
+    if request.query.get("dryRun") == "All":
+        return _json(body, 201)
+    if resource.plural == "pods":
+        return _json(state.create_pod(namespace, body), 201)
+    if namespace:
+        state.store.get("namespaces", "", namespace)
+    metadata = body.setdefault("metadata", {})
+    if not metadata.get("name") and metadata.get("generateName"):
+        import secrets
+
+        metadata["name"] = f"{metadata['generateName']}{secrets.token_hex(3)[:5]}"
+    causes = validate_metadata(body, resource.namespaced)
+    if causes:
+        raise invalid(resource.kind, str(metadata.get("name") or ""), causes)
+    body.setdefault("spec", {})
+    body.setdefault("status", {})
+    created = state.store.create(resource.plural, namespace, body)
+    if resource.plural == "nodes":
+        state.schedule_soon()
+    return _json(created, 201)
+
+
+def _key(request: web.Request) -> tuple[Resource, str, str]:
+    resource = _resource(request)
+    return resource, request.match_info.get("namespace", ""), request.match_info["name"]
+
+
+async def get(request: web.Request) -> web.Response:
+    resource, namespace, name = _key(request)
+    return _json(_state(request).store.get(resource.plural, namespace, name))
+
+
+def _replace(state: ClusterState, resource: Resource, current: Obj, new: Obj, status_only: bool) -> Obj:
+    """Store ``new`` in place of ``current``, keeping what a client may not change."""
+    new = copy.deepcopy(new)
+    kept_metadata = {k: v for k, v in current["metadata"].items() if k in SERVER_OWNED_METADATA}
+    if status_only:
+        updated = {**current, "status": new.get("status", current.get("status"))}
+    else:
+        updated = {**new, "metadata": {**(new.get("metadata") or {}), **kept_metadata}}
+        updated["status"] = current.get("status", {})
+        updated["apiVersion"], updated["kind"] = current["apiVersion"], current["kind"]
+    current.clear()
+    current.update(updated)
+    return state.store.update(resource.plural, current, spec_changed=not status_only)
+
+
+async def update(request: web.Request) -> web.Response:
+    state = _state(request)
+    resource, namespace, name = _key(request)
+    current = state.store.get(resource.plural, namespace, name)
+    body = await _body(request)
+    return _json(_replace(state, resource, current, body, request.path.endswith("/status")))
+
+
+async def patch(request: web.Request) -> web.Response:
+    state = _state(request)
+    resource, namespace, name = _key(request)
+    current = state.store.get(resource.plural, namespace, name)
+    body = await _body(request)
+    patched = patching.apply(copy.deepcopy(current), body, request.content_type or patching.MERGE)
+    if not isinstance(patched, dict):
+        raise ApiError(422, "Invalid", "the patch did not produce an object")
+    result = _replace(state, resource, current, patched, request.path.endswith("/status"))
+    if resource.plural == "nodes":
+        state.schedule_soon()
+    return _json(result)
+
+
+async def delete(request: web.Request) -> web.Response:
+    state = _state(request)
+    resource, namespace, name = _key(request)
+    body = await _body(request)
+    grace = request.query.get("gracePeriodSeconds")
+    grace_seconds = (
+        int(grace) if grace is not None else (body or {}).get("gracePeriodSeconds") if isinstance(body, dict) else None
+    )
+    if resource.plural == "pods":
+        return _json(state.delete_pod(namespace, name, grace_seconds))
+    removed = state.store.remove(resource.plural, namespace, name)
+    if resource.plural == "nodes":
+        state.schedule_soon()
+    return _json(removed)
+
+
+async def status(request: web.Request) -> web.Response:
+    resource, namespace, name = _key(request)
+    return _json(_state(request).store.get(resource.plural, namespace, name))
+
+
+# --- pods: log and eviction -----------------------------------------------------------------
+
+
+def _int(request: web.Request, name: str) -> int | None:
+    value = request.query.get(name)
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise bad_request(f"{name} must be an integer") from None
+
+
+async def pod_log(request: web.Request) -> web.StreamResponse:
+    state = _state(request)
+    namespace, name = request.match_info["namespace"], request.match_info["name"]
+    pod = state.store.get("pods", namespace, name)
+    names = [c["name"] for c in pod["spec"].get("initContainers") or []] + [
+        c["name"] for c in pod["spec"]["containers"]
+    ]
+    container = request.query.get("container")
+    if container is None:
+        if len(pod["spec"]["containers"]) > 1:
+            raise bad_request(f"a container name must be specified for pod {name}, choose one of: [{' '.join(names)}]")
+        container = pod["spec"]["containers"][0]["name"]
+    if container not in names:
+        raise bad_request(f"container {container} is not valid for pod {name}")
+    run = state.runs.get((namespace, name))
+    if run is None or (
+        not run.containers[container].lines
+        and run.containers[container].process is None
+        and not run.containers[container].finished
+    ):
+        raise bad_request(f'container "{container}" in pod "{name}" is waiting to start: ContainerCreating')
+    follow = request.query.get("follow") in TRUE
+    timestamps = request.query.get("timestamps") in TRUE
+    since_seconds, since_time, tail_lines = (
+        _int(request, "sinceSeconds"),
+        request.query.get("sinceTime"),
+        _int(request, "tailLines"),
+    )
+    container_run = run.containers[container]
+    first = log_lines(container_run, timestamps, since_seconds, since_time, tail_lines)
+    if not follow:
+        return web.Response(text="".join(first), content_type="text/plain")
+    response = web.StreamResponse(headers={"Content-Type": "text/plain", "Transfer-Encoding": "chunked"})
+    await response.prepare(request)
+    sent = len(container_run.lines)
+    try:
+        for line in first:
+            await response.write(line.encode())
+        while not container_run.finished:
+            changed = container_run.changed
+            await changed.wait()
+            for line in log_lines(container_run, timestamps, start=sent):
+                await response.write(line.encode())
+            sent = len(container_run.lines)
+        for line in log_lines(container_run, timestamps, start=sent):
+            await response.write(line.encode())
+        await response.write_eof()
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass
+    return response
+
+
+async def eviction(request: web.Request) -> web.Response:
+    state = _state(request)
+    namespace, name = request.match_info["namespace"], request.match_info["name"]
+    state.store.get("pods", namespace, name)
+    body = await _body(request)
+    grace = ((body or {}).get("deleteOptions") or {}).get("gracePeriodSeconds") if isinstance(body, dict) else None
+    state.background(state.evict(namespace, name, grace, fault=None))
+    return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201)
+
+
+# --- emulator control -----------------------------------------------------------------------
+
+
+async def control(request: web.Request) -> web.Response:
+    """``POST /_emulator/{action}`` with JSON; ``GET /_emulator/faults`` lists what was injected."""
+    state = _state(request)
+    action = request.match_info["action"]
+    if request.method == "GET":
+        if action == "faults":
+            return _json({"faults": state.faults})
+        raise ApiError(404, "NotFound", f"unknown emulator endpoint {action!r}")
+    body = await _body(request)
+    if not isinstance(body, dict):
+        raise bad_request("the body must be a JSON object")
+    if action == "preempt":
+        result: Any = await state.preempt(
+            body.get("namespace", "default"), body["pod"], body.get("grace_period_seconds")
+        )
+    elif action == "drain":
+        result = {"evicted": await state.drain(body["node"])}
+    elif action == "cordon":
+        result = state.cordon(body["node"], body.get("unschedulable", True))
+    elif action == "remove-node":
+        result = {"deleted_pods": await state.remove_node(body["node"])}
+    elif action == "add-node":
+        result = state.add_node(NodeSpec.from_dict(body))
+    else:
+        raise ApiError(404, "NotFound", f"unknown emulator action {action!r}")
+    return _json(result)
+
+
+def build_app(state: ClusterState) -> web.Application:
+    app = web.Application(middlewares=[_errors], client_max_size=16 * 2**20)
+    app[STATE_KEY] = state
+    core = "/api/v1"
+    batch = "/apis/{group:batch}/v1"
+    app.router.add_get("/version", version)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", healthz)
+    app.router.add_get("/api", api_versions)
+    app.router.add_get("/apis", api_groups)
+    app.router.add_get(core, core_resources)
+    app.router.add_get("/apis/batch/v1", batch_resources)
+    app.router.add_route("*", "/_emulator/{action}", control)
+    for prefix in (core, batch):
+        namespaced = prefix + "/namespaces/{namespace}/{plural}"
+        app.router.add_get(namespaced, list_or_watch)
+        app.router.add_post(namespaced, create)
+        for route in (namespaced + "/{name}", namespaced + "/{name}/status"):
+            app.router.add_get(route, get if not route.endswith("status") else status)
+            app.router.add_put(route, update)
+            app.router.add_patch(route, patch)
+        app.router.add_delete(namespaced + "/{name}", delete)
+        app.router.add_get(prefix + "/{plural}", list_or_watch)
+        app.router.add_post(prefix + "/{plural}", create)
+        app.router.add_get(prefix + "/{plural}/{name}", get)
+        app.router.add_put(prefix + "/{plural}/{name}", update)
+        app.router.add_patch(prefix + "/{plural}/{name}", patch)
+        app.router.add_delete(prefix + "/{plural}/{name}", delete)
+    app.router.add_get(core + "/namespaces/{namespace}/pods/{name}/log", pod_log)
+    app.router.add_post(core + "/namespaces/{namespace}/pods/{name}/eviction", eviction)
+    return app

@@ -1,0 +1,183 @@
+"""A cluster described as data: nodes with labels, capacity and taints, from YAML or built in.
+
+A node may name an ``accelerator`` (``H100-80GB-SXM:8``); its GPU Feature Discovery, Karpenter and
+vendor labels, its extended resource and its ``NoSchedule`` taint then come from the accelerator
+catalog, so the emulated nodes look like the ones the translations target.
+
+.. code-block:: yaml
+
+    nodes:
+      - name: gpu-spot-1
+        accelerator: H100-80GB-SXM:8
+        capacity_type: spot            # spot | on-demand
+        instance_type: p5.48xlarge
+        capacity: {cpu: "192", memory: 2048Gi}
+        labels: {team: research}
+        taints: [{key: dedicated, value: ml, effect: NoSchedule}]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from airflow_gpu.accelerators.kubernetes import DEVICE_TAINT_KEYS
+from airflow_gpu.accelerators.spec import Accelerator
+
+CAPACITY_TYPE_LABELS = {"spot": ("spot", "SPOT"), "on-demand": ("on-demand", "ON_DEMAND")}
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    accelerator: str | None = None
+    capacity_type: str = "on-demand"
+    instance_type: str | None = None
+    capacity: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: tuple[dict[str, str], ...] = ()
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> NodeSpec:
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(data) - known)
+        if unknown or "name" not in data:
+            raise ValueError(
+                f"node {data.get('name', '?')!r}: unknown keys {unknown}" if unknown else "node needs a name"
+            )
+        if data.get("capacity_type", "on-demand") not in CAPACITY_TYPE_LABELS:
+            raise ValueError(f"node {data['name']!r}: capacity_type must be spot or on-demand")
+        return cls(
+            name=str(data["name"]),
+            accelerator=data.get("accelerator"),
+            capacity_type=data.get("capacity_type", "on-demand"),
+            instance_type=data.get("instance_type"),
+            capacity={k: str(v) for k, v in (data.get("capacity") or {}).items()},
+            labels={k: str(v) for k, v in (data.get("labels") or {}).items()},
+            taints=tuple(data.get("taints") or ()),
+        )
+
+    def to_node(self, index: int) -> dict[str, Any]:
+        """The Node object the API serves."""
+        labels = {
+            "kubernetes.io/hostname": self.name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "karpenter.sh/capacity-type": CAPACITY_TYPE_LABELS[self.capacity_type][0],
+            "eks.amazonaws.com/capacityType": CAPACITY_TYPE_LABELS[self.capacity_type][1],
+        }
+        if self.capacity_type == "spot":
+            labels["cloud.google.com/gke-spot"] = "true"
+        if self.instance_type:
+            labels["node.kubernetes.io/instance-type"] = self.instance_type
+        capacity = {"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi"}
+        taints: list[dict[str, str]] = []
+        if self.accelerator:
+            spec = Accelerator.parse(self.accelerator)
+            labels.update(accelerator_labels(spec))
+            capacity[spec.catalog_entry.resource_name] = str(spec.count)
+            entry = spec.catalog_entry
+            kind = f"gpu-{entry.vendor}" if entry.kind == "gpu" else entry.kind
+            taints.append({"key": DEVICE_TAINT_KEYS[kind], "value": "present", "effect": "NoSchedule"})
+        capacity.update(self.capacity)
+        labels.update(self.labels)
+        taints.extend(dict(t) for t in self.taints)
+        return {
+            "metadata": {"name": self.name, "labels": labels},
+            "spec": {"taints": taints} if taints else {},
+            "status": {
+                "capacity": capacity,
+                "allocatable": dict(capacity),
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "KubeletReady",
+                        "message": "kubelet is posting ready status",
+                    }
+                ],
+                "addresses": [
+                    {"type": "InternalIP", "address": f"10.0.0.{index + 10}"},
+                    {"type": "Hostname", "address": self.name},
+                ],
+                "nodeInfo": {
+                    "kubeletVersion": "v1.33.0-airflow-gpu-emulator",
+                    "kubeProxyVersion": "v1.33.0-airflow-gpu-emulator",
+                    "containerRuntimeVersion": "local-process://1",
+                    "operatingSystem": "linux",
+                    "architecture": "amd64",
+                    "osImage": "airflow-gpu emulator",
+                    "kernelVersion": "6.1.0",
+                    "bootID": f"boot-{self.name}",
+                    "machineID": f"machine-{self.name}",
+                    "systemUUID": f"uuid-{self.name}",
+                },
+            },
+        }
+
+
+def accelerator_labels(spec: Accelerator) -> dict[str, str]:
+    """The labels device plugins, GPU Feature Discovery and Karpenter put on a node with ``spec``."""
+    entry = spec.catalog_entry
+    variant = spec.variants[0]
+    labels: dict[str, str] = {}
+    if entry.vendor == "nvidia":
+        labels |= {
+            "nvidia.com/gpu.present": "true",
+            "nvidia.com/gpu.product": variant.gfd_product or entry.name,
+            "nvidia.com/gpu.count": str(spec.count),
+            "nvidia.com/gpu.memory": str(variant.memory_gb * 1024),
+            "nvidia.com/cuda.driver.major": "570",
+        }
+    if entry.amd_device_id:
+        labels["amd.com/gpu.device-id"] = entry.amd_device_id
+    if entry.karpenter_name and entry.kind == "gpu":
+        labels |= {
+            "karpenter.k8s.aws/instance-gpu-name": entry.karpenter_name,
+            "karpenter.k8s.aws/instance-gpu-count": str(spec.count),
+            "karpenter.k8s.aws/instance-gpu-memory": str(variant.memory_gb * 1024),
+        }
+    if entry.karpenter_name and entry.kind == "neuron":
+        labels["karpenter.k8s.aws/instance-accelerator-name"] = entry.karpenter_name
+    if variant.gke_accelerator:
+        key = "cloud.google.com/gke-tpu-accelerator" if entry.kind == "tpu" else "cloud.google.com/gke-accelerator"
+        labels[key] = variant.gke_accelerator
+        topology = entry.tpu_topologies.get(spec.count)
+        if topology:
+            labels["cloud.google.com/gke-tpu-topology"] = topology
+    return labels
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str
+    nodes: tuple[NodeSpec, ...]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], name: str = "custom") -> ClusterSpec:
+        nodes = data.get("nodes")
+        if not isinstance(nodes, list) or not nodes:
+            raise ValueError("a cluster needs a non-empty 'nodes' list")
+        return cls(str(data.get("name", name)), tuple(NodeSpec.from_dict(n) for n in nodes))
+
+    @classmethod
+    def load(cls, source: str | Path) -> ClusterSpec:
+        """``"demo"`` or the path of a YAML file."""
+        if str(source) == "demo":
+            return DEMO
+        import yaml
+
+        path = Path(source)
+        return cls.from_dict(yaml.safe_load(path.read_text()), name=path.stem)
+
+
+DEMO = ClusterSpec(
+    "demo",
+    (
+        NodeSpec("gpu-spot-1", "H100-80GB-SXM:8", "spot", "p5.48xlarge", {"cpu": "192", "memory": "2048Gi"}),
+        NodeSpec("gpu-spot-2", "H100-80GB-SXM:8", "spot", "p5.48xlarge", {"cpu": "192", "memory": "2048Gi"}),
+        NodeSpec("gpu-on-demand-1", "L4:4", "on-demand", "g6.24xlarge", {"cpu": "96", "memory": "384Gi"}),
+        NodeSpec("cpu-1", None, "on-demand", "m6i.4xlarge", {"cpu": "16", "memory": "64Gi"}),
+    ),
+)

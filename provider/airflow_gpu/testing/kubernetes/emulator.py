@@ -1,0 +1,184 @@
+"""``KubernetesEmulator``: start the API server on a free port, get a kubeconfig, inject faults.
+
+.. code-block:: python
+
+    from airflow_gpu.testing.kubernetes import KubernetesEmulator
+
+    with KubernetesEmulator(cluster="demo") as k8s:
+        k8s.write_kubeconfig("kubeconfig")   # or point the kubernetes_default connection at it
+        ...
+        k8s.preempt("my-pod")                 # a spot reclaim, exactly as a node shows it
+        assert k8s.faults[0]["fault"] == "preempt"
+
+The server runs on its own event loop in a background thread, so the blocking ``kubernetes``
+client, ``kubernetes_asyncio`` and Airflow's task runner in the same process all reach it over
+real HTTP. Fault methods are thread-safe and block until the fault has played out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from airflow_gpu.testing.kubernetes.api import build_app
+from airflow_gpu.testing.kubernetes.cluster import ClusterSpec, NodeSpec
+from airflow_gpu.testing.kubernetes.cluster_state import ClusterState
+from airflow_gpu.testing.kubernetes.kubeconfig import kubeconfig_text
+
+T = TypeVar("T")
+
+
+class KubernetesEmulator:
+    def __init__(self, cluster: str | Path | ClusterSpec = "demo", host: str = "127.0.0.1", port: int = 0) -> None:
+        self.spec = cluster if isinstance(cluster, ClusterSpec) else ClusterSpec.load(cluster)
+        self.host = host
+        self.port = port
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        self.state: ClusterState | None = None
+        self.kubeconfig_path: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def start_async(self) -> None:
+        """Start serving on the running loop (what the command line uses)."""
+        self._loop = asyncio.get_running_loop()
+        self.state = ClusterState(self.spec, self.host)
+        self._runner = web.AppRunner(build_app(self.state), access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        await site.start()
+        server = getattr(site, "_server", None)
+        sockets = getattr(server, "sockets", None) or []
+        if sockets:
+            self.port = sockets[0].getsockname()[1]
+        self.state.api_port = self.port
+
+    async def stop_async(self) -> None:
+        if self.state is not None:
+            await self.state.shutdown()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def start(self) -> KubernetesEmulator:
+        """Serve from a background thread; returns once the port is listening."""
+        ready = threading.Event()
+        errors: list[BaseException] = []
+
+        def serve() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self.start_async())
+            except BaseException as error:  # reported to the caller below
+                errors.append(error)
+                ready.set()
+                return
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self.stop_async())
+            loop.close()
+
+        self._thread = threading.Thread(target=serve, name="kubernetes-emulator", daemon=True)
+        self._thread.start()
+        ready.wait(timeout=30)
+        if errors:
+            raise RuntimeError(f"the Kubernetes emulator did not start: {errors[0]}") from errors[0]
+        return self
+
+    def serve_forever(self, kubeconfig: str | Path | None = None, announce: Any = print) -> None:
+        """Serve in this thread until SIGINT or SIGTERM, then stop every process started (the CLI)."""
+        import signal
+
+        async def main() -> None:
+            await self.start_async()
+            if kubeconfig is not None:
+                self.write_kubeconfig(kubeconfig)
+            stopping = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(signum, stopping.set)
+            announce(self)
+            await stopping.wait()
+            await self.stop_async()
+
+        asyncio.run(main())
+
+    def stop(self) -> None:
+        """Stop every process the kubelet started, then the server."""
+        if self._loop is not None and self._thread is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=30)
+        self._thread = None
+
+    def __enter__(self) -> KubernetesEmulator:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def _call(self, coroutine: Coroutine[Any, Any, T], timeout: float = 600) -> T:
+        assert self._loop is not None, "the emulator is not running"
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
+
+    def _sync(self, function: Any, *args: Any) -> Any:
+        async def call() -> Any:
+            return function(*args)
+
+        return self._call(call())
+
+    # --- configuration --------------------------------------------------------------------
+
+    def kubeconfig(self, context: str = "airflow-gpu-emulator") -> str:
+        return kubeconfig_text(self.url, context)
+
+    def write_kubeconfig(self, path: str | Path, context: str = "airflow-gpu-emulator") -> Path:
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(self.kubeconfig(context))
+        self.kubeconfig_path = target
+        return target
+
+    # --- faults ---------------------------------------------------------------------------
+
+    def _state(self) -> ClusterState:
+        assert self.state is not None, "the emulator is not running"
+        return self.state
+
+    def preempt(
+        self, pod: str, namespace: str = "default", grace_period_seconds: float | None = None
+    ) -> dict[str, Any]:
+        """Reclaim the pod's spot node: DisruptionTarget, SIGTERM, grace period, phase Failed."""
+        return self._call(self._state().preempt(namespace, pod, grace_period_seconds))
+
+    def drain(self, node: str) -> list[str]:
+        """Cordon the node and evict its pods through the Eviction API."""
+        return self._call(self._state().drain(node))
+
+    def cordon(self, node: str, unschedulable: bool = True) -> None:
+        self._sync(self._state().cordon, node, unschedulable)
+
+    def remove_node(self, node: str) -> list[str]:
+        """Lose the node: its pods are killed and garbage-collected."""
+        return self._call(self._state().remove_node(node))
+
+    def add_node(self, node: NodeSpec | dict[str, Any]) -> None:
+        spec = node if isinstance(node, NodeSpec) else NodeSpec.from_dict(node)
+        self._sync(self._state().add_node, spec)
+
+    @property
+    def faults(self) -> list[dict[str, Any]]:
+        """Every fault injected so far, oldest first."""
+        return list(self._state().faults)

@@ -1,0 +1,210 @@
+"""The kubelet: each container of a bound pod runs as a local process.
+
+Images are not pulled; the container's ``command`` + ``args`` (or ``args`` alone when there is no
+command, since there is no image entrypoint to prepend) must exist on this machine. Output goes to
+the pod log, exit codes to the container statuses, and deletion sends SIGTERM to the container's
+process group, then SIGKILL when the grace period is over, as the real kubelet does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import tempfile
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow_gpu.testing.kubernetes.objects import now, timestamp, timestamp_nano
+
+#: Host variables a container process inherits (a real container gets its image's instead).
+INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV", "PYTHONPATH", "SYSTEMROOT")
+
+
+@dataclass
+class ContainerRun:
+    name: str
+    process: asyncio.subprocess.Process | None = None
+    lines: list[tuple[str, str]] = field(default_factory=list)  # (RFC 3339 nano timestamp, text)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    started: asyncio.Event = field(default_factory=asyncio.Event)  # set once the process exists (or failed to)
+    finished: bool = False
+    exit_code: int | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+
+    def append(self, text: str) -> None:
+        self.lines.append((timestamp_nano(), text))
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+
+def field_ref(pod: dict[str, Any], path: str) -> str:
+    """The downward API: ``metadata.name``, ``metadata.labels['x']``, ``status.podIP`` and so on."""
+    if path.startswith(("metadata.labels['", "metadata.annotations['")) and path.endswith("']"):
+        section, key = path[len("metadata.") :].split("['", 1)
+        return str((pod["metadata"].get(section) or {}).get(key[:-2], ""))
+    value: Any = pod
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return "" if value is None else str(value)
+
+
+def container_env(pod: dict[str, Any], container: dict[str, Any], api_host: str, api_port: int) -> dict[str, str]:
+    env = {key: os.environ[key] for key in INHERITED_ENV if key in os.environ}
+    env |= {
+        "HOSTNAME": pod["metadata"]["name"],
+        "KUBERNETES_SERVICE_HOST": api_host,
+        "KUBERNETES_SERVICE_PORT": str(api_port),
+    }
+    for item in container.get("env") or []:
+        name = item.get("name")
+        if not name:
+            continue
+        if "value" in item:
+            env[name] = str(item.get("value") or "")
+        elif ref := (item.get("valueFrom") or {}).get("fieldRef"):
+            env[name] = field_ref(pod, ref.get("fieldPath", ""))
+    return env
+
+
+def argv(container: dict[str, Any]) -> list[str]:
+    return [*(container.get("command") or []), *(container.get("args") or [])]
+
+
+def container_id(run: ContainerRun) -> str | None:
+    """``local://<pid>``: the runtime's id of a container is its process here."""
+    return f"local://{run.process.pid}" if run.process is not None else None
+
+
+class PodRun:
+    """The processes of one pod and what they printed."""
+
+    def __init__(self, pod: dict[str, Any]) -> None:
+        spec = pod.get("spec") or {}
+        self.init_names = [c["name"] for c in spec.get("initContainers") or []]
+        self.names = [c["name"] for c in spec.get("containers") or []]
+        self.containers = {name: ContainerRun(name) for name in [*self.init_names, *self.names]}
+        self.workdir = tempfile.mkdtemp(prefix=f"kubelet-{pod['metadata']['name']}-")
+        self.task: asyncio.Task[None] | None = None
+        self.terminating = False
+
+    def running_processes(self) -> list[asyncio.subprocess.Process]:
+        return [
+            run.process
+            for run in self.containers.values()
+            if run.process is not None and run.process.returncode is None
+        ]
+
+    def signal_all(self, signum: int) -> None:
+        for process in self.running_processes():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signum)
+
+    async def stop(self, grace_seconds: float) -> None:
+        """SIGTERM, wait for the grace period, then SIGKILL what is left."""
+        self.terminating = True
+        self.signal_all(signal.SIGTERM)
+        processes = self.running_processes()
+        if processes and grace_seconds > 0:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*(p.wait() for p in processes)), timeout=grace_seconds)
+        self.signal_all(signal.SIGKILL)
+        for process in self.running_processes():
+            with contextlib.suppress(ProcessLookupError):
+                await process.wait()
+
+    async def run_container(
+        self, pod: dict[str, Any], container: dict[str, Any], api: tuple[str, int]
+    ) -> dict[str, Any]:
+        """Start one container, stream its output, and return its terminated state."""
+        run = self.containers[container["name"]]
+        command = argv(container)
+        workdir = container.get("workingDir")
+        cwd = workdir if workdir and Path(workdir).is_dir() else self.workdir
+        run.started_at = timestamp()
+        if not command:
+            return self._cannot_run(run, "no command: the emulator runs command/args as a local process")
+        try:
+            run.process = await asyncio.create_subprocess_exec(
+                *command,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                stdin=asyncio.subprocess.DEVNULL,
+                env=container_env(pod, container, *api),
+                cwd=cwd,
+                start_new_session=True,  # its own process group, so signals reach its children too
+            )
+        except (FileNotFoundError, PermissionError, NotADirectoryError, OSError) as error:
+            return self._cannot_run(run, f'exec: "{command[0]}": {error.strerror or error}')
+        run.started.set()
+        assert run.process.stdout is not None
+        while line := await run.process.stdout.readline():
+            run.append(line.decode("utf-8", errors="replace").rstrip("\n"))
+        code = await run.process.wait()
+        run.exit_code = 128 - code if code < 0 else code  # killed by signal N -> 128 + N
+        return self._terminated(run, run.exit_code, "Completed" if run.exit_code == 0 else "Error")
+
+    def _cannot_run(self, run: ContainerRun, message: str) -> dict[str, Any]:
+        run.append(message)
+        run.exit_code = 127
+        return self._terminated(run, 127, "ContainerCannotRun", message)
+
+    @staticmethod
+    def _terminated(run: ContainerRun, code: int, reason: str, message: str | None = None) -> dict[str, Any]:
+        run.started.set()
+        run.finished = True
+        run.finished_at = timestamp()
+        run.changed.set()
+        state: dict[str, Any] = {
+            "exitCode": code,
+            "reason": reason,
+            "startedAt": run.started_at,
+            "finishedAt": run.finished_at,
+            "containerID": container_id(run) or "local://0",
+        }
+        if message:
+            state["message"] = message
+        return state
+
+
+def container_status(
+    container: dict[str, Any], state: dict[str, Any], container_id: str | None = None
+) -> dict[str, Any]:
+    """A ``V1ContainerStatus`` dict; ``state`` is ``{"waiting"|"running"|"terminated": {...}}``."""
+    status = {
+        "name": container["name"],
+        "image": container.get("image", ""),
+        "imageID": f"local://{container.get('image', '')}",
+        "ready": "running" in state,
+        "started": "running" in state,
+        "restartCount": 0,
+        "state": state,
+        "lastState": {},
+    }
+    if container_id:
+        status["containerID"] = container_id
+    return status
+
+
+def log_lines(
+    run: ContainerRun,
+    timestamps: bool,
+    since_seconds: int | None = None,
+    since_time: str | None = None,
+    tail_lines: int | None = None,
+    start: int = 0,
+) -> list[str]:
+    """The stored lines as the log endpoint sends them."""
+    lines = run.lines[start:]
+    if since_seconds is not None:
+        cutoff = timestamp_nano(now() - timedelta(seconds=since_seconds))
+        lines = [item for item in lines if item[0] >= cutoff]
+    if since_time is not None:
+        lines = [item for item in lines if item[0][:19] >= since_time[:19]]
+    if tail_lines is not None:
+        lines = lines[-tail_lines:] if tail_lines > 0 else []
+    return [f"{stamp} {text}\n" if timestamps else f"{text}\n" for stamp, text in lines]

@@ -1,0 +1,263 @@
+"""Object shapes of the Kubernetes API: metadata, timestamps, ``Status`` errors, validation.
+
+The emulator stores plain JSON dicts, as the API server does; these helpers give them the fields
+clients rely on (uid, resourceVersion, creationTimestamp...) and refuse what the real API server
+refuses, with the same ``Status`` bodies and codes.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import datetime, timezone
+from decimal import Decimal
+from typing import Any
+
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+RESTART_POLICIES = ("Always", "OnFailure", "Never")
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def timestamp(moment: datetime | None = None) -> str:
+    """RFC 3339 with seconds, as the API server writes ``creationTimestamp``."""
+    return (moment or now()).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def timestamp_nano(moment: datetime | None = None) -> str:
+    """RFC 3339 with nanoseconds, as the kubelet prefixes log lines with ``timestamps=true``."""
+    moment = moment or now()
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond:06d}000Z"
+
+
+def new_uid() -> str:
+    return str(uuid.uuid4())
+
+
+class ApiError(Exception):
+    """An error the API answers with a ``Status`` object."""
+
+    def __init__(self, code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = details
+
+    def status(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        if self.details is not None:
+            body["details"] = self.details
+        return body
+
+
+def not_found(kind: str, plural: str, name: str, group: str = "") -> ApiError:
+    return ApiError(
+        404,
+        "NotFound",
+        f'{plural}{"." + group if group else ""} "{name}" not found',
+        {"name": name, "kind": plural, **({"group": group} if group else {})},
+    )
+
+
+def already_exists(plural: str, name: str, group: str = "") -> ApiError:
+    return ApiError(
+        409,
+        "AlreadyExists",
+        f'{plural}{"." + group if group else ""} "{name}" already exists',
+        {"name": name, "kind": plural, **({"group": group} if group else {})},
+    )
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(400, "BadRequest", message)
+
+
+def invalid(kind: str, name: str, causes: list[dict[str, str]]) -> ApiError:
+    summary = ", ".join(f"{c['field']}: {c['message']}" for c in causes)
+    if len(causes) > 1:
+        summary = f"[{summary}]"
+    return ApiError(
+        422,
+        "Invalid",
+        f'{kind} "{name}" is invalid: {summary}',
+        {"name": name, "kind": kind, "causes": causes},
+    )
+
+
+def _cause(reason: str, field: str, message: str) -> dict[str, str]:
+    return {"reason": reason, "message": message, "field": field}
+
+
+def validate_metadata(obj: dict[str, Any], namespaced: bool) -> list[dict[str, str]]:
+    causes: list[dict[str, str]] = []
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict):
+        return [_cause("FieldValueRequired", "metadata", "Required value")]
+    name = metadata.get("name")
+    if not name:
+        causes.append(_cause("FieldValueRequired", "metadata.name", "Required value: name or generateName is required"))
+    elif not isinstance(name, str) or len(name) > 253 or not DNS_SUBDOMAIN.match(name):
+        causes.append(
+            _cause(
+                "FieldValueInvalid",
+                "metadata.name",
+                f"Invalid value: {name!r}: a lowercase RFC 1123 subdomain must consist of lower case "
+                "alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+            )
+        )
+    for field in ("labels", "annotations"):
+        values = metadata.get(field)
+        if values is not None and (
+            not isinstance(values, dict) or not all(isinstance(v, str) for v in values.values())
+        ):
+            causes.append(
+                _cause("FieldValueInvalid", f"metadata.{field}", "Invalid value: must map strings to strings")
+            )
+    return causes
+
+
+def _quantity_causes(field: str, resources: dict[str, Any]) -> tuple[list[dict[str, str]], dict[str, float]]:
+    causes: list[dict[str, str]] = []
+    parsed: dict[str, float] = {}
+    if not isinstance(resources, dict):
+        return [_cause("FieldValueInvalid", field, "Invalid value: must be a map")], parsed
+    for resource, value in resources.items():
+        where = f"{field}[{resource}]"
+        try:
+            parsed[resource] = parse_resource(resource, value)
+        except (ValueError, ArithmeticError):
+            causes.append(_cause("FieldValueInvalid", where, f"Invalid value: {value!r}: must be a valid quantity"))
+            continue
+        if parsed[resource] < 0:
+            causes.append(_cause("FieldValueInvalid", where, "Invalid value: must be greater than or equal to 0"))
+        if is_extended(resource) and parsed[resource] != int(parsed[resource]):
+            causes.append(_cause("FieldValueInvalid", where, "Invalid value: must be an integer"))
+    return causes, parsed
+
+
+def is_extended(resource: str) -> bool:
+    """Device-plugin resources such as ``nvidia.com/gpu``: whole numbers, no overcommit."""
+    return "/" in resource and not resource.startswith(("kubernetes.io/", "requests.", "hugepages-"))
+
+
+_QUANTITY = re.compile(
+    r"^(?P<number>[+-]?(\d+(\.\d*)?|\.\d+))(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE][+-]?\d+)?$"
+)
+_SCALE = {
+    "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30), "Ti": Decimal(2**40), "Pi": Decimal(2**50),
+    "Ei": Decimal(2**60), "m": Decimal("0.001"), "k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9),
+    "T": Decimal(10**12), "P": Decimal(10**15), "E": Decimal(10**18),
+}  # fmt: skip
+
+
+def parse_quantity(value: Any) -> Decimal:
+    """A Kubernetes resource quantity (``"500m"``, ``"64Gi"``, ``"1e3"``, ``8``) as a number."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"not a quantity: {value!r}")
+    match = _QUANTITY.match(str(value).strip())
+    if match is None:
+        raise ValueError(f"not a quantity: {value!r}")
+    number, suffix = Decimal(match["number"]), match["suffix"] or ""
+    if suffix[:1] in ("e", "E"):
+        return number * (Decimal(10) ** int(suffix[1:]))
+    return number * _SCALE.get(suffix, Decimal(1))
+
+
+def parse_resource(resource: str, value: Any) -> float:
+    """A resource quantity as a float: cores for cpu, bytes for memory, a count otherwise."""
+    return float(parse_quantity(value))
+
+
+def validate_pod(pod: dict[str, Any]) -> list[dict[str, str]]:
+    """The checks of the API server that a pod manifest commonly fails."""
+    causes = validate_metadata(pod, namespaced=True)
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return [*causes, _cause("FieldValueRequired", "spec", "Required value")]
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        causes.append(_cause("FieldValueRequired", "spec.containers", "Required value"))
+        containers = []
+    names: set[str] = set()
+    for kind in ("initContainers", "containers"):
+        entries = spec.get(kind) or []
+        if not isinstance(entries, list):
+            causes.append(_cause("FieldValueInvalid", f"spec.{kind}", "Invalid value: must be a list"))
+            continue
+        for index, container in enumerate(entries):
+            where = f"spec.{kind}[{index}]"
+            if not isinstance(container, dict):
+                causes.append(_cause("FieldValueInvalid", where, "Invalid value: must be an object"))
+                continue
+            name = container.get("name")
+            if not name:
+                causes.append(_cause("FieldValueRequired", f"{where}.name", "Required value"))
+            elif not isinstance(name, str) or len(name) > 63 or not DNS_LABEL.match(name):
+                causes.append(_cause("FieldValueInvalid", f"{where}.name", f"Invalid value: {name!r}"))
+            elif name in names:
+                causes.append(_cause("FieldValueDuplicate", f"{where}.name", f"Duplicate value: {name!r}"))
+            else:
+                names.add(name)
+            if not container.get("image") or not isinstance(container.get("image"), str):
+                causes.append(_cause("FieldValueRequired", f"{where}.image", "Required value"))
+            for field in ("command", "args"):
+                value = container.get(field)
+                if value is not None and (not isinstance(value, list) or not all(isinstance(v, str) for v in value)):
+                    causes.append(_cause("FieldValueInvalid", f"{where}.{field}", "Invalid value: must be strings"))
+            resources = container.get("resources") or {}
+            if not isinstance(resources, dict):
+                causes.append(_cause("FieldValueInvalid", f"{where}.resources", "Invalid value: must be an object"))
+                continue
+            limit_causes, limits = _quantity_causes(f"{where}.resources.limits", resources.get("limits") or {})
+            request_causes, requests = _quantity_causes(f"{where}.resources.requests", resources.get("requests") or {})
+            causes += limit_causes + request_causes
+            for resource, amount in requests.items():
+                if is_extended(resource):
+                    if resource not in limits:
+                        message = f"Required value: Limit must be set for non overcommitable resources ({resource})"
+                        causes.append(_cause("FieldValueRequired", f"{where}.resources.limits", message))
+                    elif limits[resource] != amount:
+                        message = (
+                            f"Invalid value: {resources['requests'][resource]!r}: must be equal to {resource} limit"
+                        )
+                        causes.append(_cause("FieldValueInvalid", f"{where}.resources.requests[{resource}]", message))
+                elif resource in limits and amount > limits[resource]:
+                    value = resources["requests"][resource]
+                    message = f"Invalid value: {value!r}: must be less than or equal to {resource} limit"
+                    causes.append(_cause("FieldValueInvalid", f"{where}.resources.requests[{resource}]", message))
+    policy = spec.get("restartPolicy")
+    if policy is not None and policy not in RESTART_POLICIES:
+        causes.append(_cause("FieldValueNotSupported", "spec.restartPolicy", f"Unsupported value: {policy!r}"))
+    grace = spec.get("terminationGracePeriodSeconds")
+    if grace is not None and (not isinstance(grace, int) or isinstance(grace, bool) or grace < 0):
+        causes.append(_cause("FieldValueInvalid", "spec.terminationGracePeriodSeconds", "Invalid value: must be >= 0"))
+    for index, toleration in enumerate(spec.get("tolerations") or []):
+        where = f"spec.tolerations[{index}]"
+        if not isinstance(toleration, dict):
+            causes.append(_cause("FieldValueInvalid", where, "Invalid value: must be an object"))
+            continue
+        operator = toleration.get("operator", "Equal")
+        if operator not in ("Exists", "Equal"):
+            causes.append(_cause("FieldValueNotSupported", f"{where}.operator", f"Unsupported value: {operator!r}"))
+        effect = toleration.get("effect")
+        if effect not in (None, "", *TAINT_EFFECTS):
+            causes.append(_cause("FieldValueNotSupported", f"{where}.effect", f"Unsupported value: {effect!r}"))
+    node_selector = spec.get("nodeSelector")
+    if node_selector is not None and (
+        not isinstance(node_selector, dict) or not all(isinstance(v, str) for v in node_selector.values())
+    ):
+        causes.append(_cause("FieldValueInvalid", "spec.nodeSelector", "Invalid value: must map strings to strings"))
+    return causes

@@ -1,0 +1,161 @@
+"""The emulator's etcd: objects by kind, namespace and name, with resource versions and watches.
+
+Every change gets the next global resourceVersion and is appended to a history, so a watch that
+starts from a resourceVersion replays what it missed, as the real API server does. Only the
+emulator's event loop touches the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_gpu.testing.kubernetes.objects import already_exists, new_uid, not_found, timestamp
+
+Obj = dict[str, Any]
+Key = tuple[str, str, str]  # plural, namespace ("" if cluster-scoped), name
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A kind the emulator serves."""
+
+    plural: str
+    kind: str
+    api_version: str
+    namespaced: bool
+
+    @property
+    def group(self) -> str:
+        return self.api_version.split("/")[0] if "/" in self.api_version else ""
+
+
+RESOURCES: dict[str, Resource] = {
+    r.plural: r
+    for r in (
+        Resource("namespaces", "Namespace", "v1", False),
+        Resource("nodes", "Node", "v1", False),
+        Resource("pods", "Pod", "v1", True),
+        Resource("events", "Event", "v1", True),
+        Resource("services", "Service", "v1", True),
+        Resource("jobs", "Job", "batch/v1", True),
+    )
+}
+
+
+@dataclass
+class Watch:
+    plural: str
+    namespace: str | None
+    matches: Callable[[Obj], bool]
+    queue: asyncio.Queue[tuple[str, Obj] | None] = field(default_factory=asyncio.Queue)
+
+
+class Store:
+    def __init__(self) -> None:
+        self._objects: dict[Key, Obj] = {}
+        self._version = 0
+        self._history: list[tuple[int, str, str, Obj]] = []  # (rv, plural, type, object)
+        self._watches: list[Watch] = []
+
+    @property
+    def resource_version(self) -> str:
+        return str(self._version)
+
+    def _bump(self) -> str:
+        self._version += 1
+        return str(self._version)
+
+    def _notify(self, plural: str, event: str, obj: Obj) -> None:
+        self._history.append((self._version, plural, event, copy.deepcopy(obj)))
+        if len(self._history) > 10_000:
+            del self._history[:1_000]
+        namespace = obj["metadata"].get("namespace")
+        for watch in self._watches:
+            if watch.plural == plural and watch.namespace in (None, namespace) and watch.matches(obj):
+                watch.queue.put_nowait((event, copy.deepcopy(obj)))
+
+    def get(self, plural: str, namespace: str, name: str) -> Obj:
+        obj = self._objects.get((plural, namespace, name))
+        if obj is None:
+            resource = RESOURCES[plural]
+            raise not_found(resource.kind, plural, name, resource.group)
+        return obj
+
+    def find(self, plural: str, namespace: str, name: str) -> Obj | None:
+        return self._objects.get((plural, namespace, name))
+
+    def list(
+        self, plural: str, namespace: str | None = None, matches: Callable[[Obj], bool] | None = None
+    ) -> list[Obj]:
+        return [
+            obj
+            for (kind, ns, _), obj in sorted(self._objects.items(), key=lambda item: item[0])
+            if kind == plural and namespace in (None, ns) and (matches is None or matches(obj))
+        ]
+
+    def create(self, plural: str, namespace: str, obj: Obj) -> Obj:
+        resource = RESOURCES[plural]
+        metadata = obj.setdefault("metadata", {})
+        name = metadata["name"]
+        if (plural, namespace, name) in self._objects:
+            raise already_exists(plural, name, resource.group)
+        obj["apiVersion"], obj["kind"] = resource.api_version, resource.kind
+        if resource.namespaced:
+            metadata["namespace"] = namespace
+        metadata["uid"] = new_uid()
+        metadata["creationTimestamp"] = timestamp()
+        metadata["generation"] = 1
+        metadata["resourceVersion"] = self._bump()
+        self._objects[(plural, namespace, name)] = obj
+        self._notify(plural, "ADDED", obj)
+        return obj
+
+    def update(self, plural: str, obj: Obj, spec_changed: bool = False) -> Obj:
+        """Store a changed object (same key) and tell the watches."""
+        metadata = obj["metadata"]
+        key = (plural, metadata.get("namespace", ""), metadata["name"])
+        if key not in self._objects:
+            raise not_found(RESOURCES[plural].kind, plural, metadata["name"], RESOURCES[plural].group)
+        if spec_changed:
+            metadata["generation"] = metadata.get("generation", 1) + 1
+        metadata["resourceVersion"] = self._bump()
+        self._objects[key] = obj
+        self._notify(plural, "MODIFIED", obj)
+        return obj
+
+    def remove(self, plural: str, namespace: str, name: str) -> Obj:
+        obj = self.get(plural, namespace, name)
+        del self._objects[(plural, namespace, name)]
+        obj["metadata"]["resourceVersion"] = self._bump()
+        self._notify(plural, "DELETED", obj)
+        return obj
+
+    def watch(self, plural: str, namespace: str | None, matches: Callable[[Obj], bool], since: str | None) -> Watch:
+        """Start a watch; with ``since`` replay later history, else send the current objects as ADDED."""
+        watch = Watch(plural, namespace, matches)
+        if since and since != "0":
+            for version, kind, event, obj in self._history:
+                in_scope = kind == plural and namespace in (None, obj["metadata"].get("namespace"))
+                if version > int(since) and in_scope and matches(obj):
+                    watch.queue.put_nowait((event, copy.deepcopy(obj)))
+        else:
+            for obj in self.list(plural, namespace, matches):
+                watch.queue.put_nowait(("ADDED", copy.deepcopy(obj)))
+        self._watches.append(watch)
+        return watch
+
+    def stop_watch(self, watch: Watch) -> None:
+        if watch in self._watches:
+            self._watches.remove(watch)
+        watch.queue.put_nowait(None)
+
+    def stop_all_watches(self) -> None:
+        for watch in list(self._watches):
+            self.stop_watch(watch)
+
+    def labels(self, obj: Mapping[str, Any]) -> Mapping[str, str]:
+        return obj.get("metadata", {}).get("labels") or {}

@@ -1,0 +1,41 @@
+"""One migrated Airflow home shared by the end-to-end tests (migrating takes ~10 s)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+DAGS = Path(__file__).resolve().parent / "dags"
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="session")
+def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    home = tmp_path_factory.mktemp("airflow-home")
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
+    return env
+
+
+@pytest.fixture
+def airflow(airflow_env: dict[str, str]) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run the real ``airflow`` command with the shared home and extra environment."""
+
+    def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(BIN / "airflow"), *args], env={**airflow_env, **env}, capture_output=True, text=True, timeout=300
+        )
+
+    return run
