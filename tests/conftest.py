@@ -6,9 +6,14 @@ import os
 import tempfile
 from pathlib import Path
 
+import hypothesis  # noqa: F401  # imported before Airflow: see the note below
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+# hypothesis's pytest plugin imports hypothesis at session end when no test did; pytest then
+# rewrites its asserts with ast.parse, which CPython 3.11.7 fails ("AST constructor recursion
+# depth mismatch") once Airflow has run in the process. Importing it first sidesteps that.
 
 
 def pytest_configure(config: pytest.Config) -> None:

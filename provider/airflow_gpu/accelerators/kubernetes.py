@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from airflow_gpu.accelerators.catalog import AcceleratorType
 from airflow_gpu.accelerators.errors import AcceleratorSpecError
-from airflow_gpu.accelerators.quantities import CpuAmount, MemoryAmount, cpu_quantity, memory_quantity
+from airflow_gpu.accelerators.quantities import CpuAmount, MemoryAmount, cpu_quantity, memory_quantity, parse_quantity
 from airflow_gpu.accelerators.shared_memory import SharedMemory, shared_memory_mib
 from airflow_gpu.accelerators.spec import Accelerator
 
@@ -363,3 +363,25 @@ def to_kubernetes(
         volumes=[shm[0]] if shm else [],
         volume_mounts=[shm[1]] if shm else [],
     )
+
+
+def pod_requests(pod: Mapping[str, Any]) -> dict[str, float]:
+    """Effective requests: the sum over containers (a limit stands in for a missing request), or the
+    largest init container's if that is more."""
+    spec = pod.get("spec") or {}
+
+    def of(container: Mapping[str, Any]) -> dict[str, float]:
+        resources = container.get("resources") or {}
+        amounts = {k: float(parse_quantity(v)) for k, v in (resources.get("limits") or {}).items()}
+        amounts.update({k: float(parse_quantity(v)) for k, v in (resources.get("requests") or {}).items()})
+        return amounts
+
+    total: dict[str, float] = {}
+    for container in spec.get("containers") or []:
+        for resource, amount in of(container).items():
+            total[resource] = total.get(resource, 0.0) + amount
+    for container in spec.get("initContainers") or []:
+        for resource, amount in of(container).items():
+            total[resource] = max(total.get(resource, 0.0), amount)
+    total["pods"] = 1.0
+    return total

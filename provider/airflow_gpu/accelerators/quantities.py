@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
 from airflow_gpu.accelerators.errors import AcceleratorSpecError
 
@@ -78,3 +79,26 @@ def cpu_quantity(value: CpuAmount, field: str = "cpu") -> str:
     if cores == cores.to_integral_value():
         return str(int(cores))
     return f"{int((cores * 1000).to_integral_value(rounding='ROUND_CEILING'))}m"
+
+
+_ANY_QUANTITY = re.compile(
+    r"^(?P<number>[+-]?(\d+(\.\d*)?|\.\d+))(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE][+-]?\d+)?$"
+)
+_SCALE = {
+    "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30), "Ti": Decimal(2**40), "Pi": Decimal(2**50),
+    "Ei": Decimal(2**60), "m": Decimal("0.001"), "k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9),
+    "T": Decimal(10**12), "P": Decimal(10**15), "E": Decimal(10**18),
+}  # fmt: skip
+
+
+def parse_quantity(value: Any) -> Decimal:
+    """A Kubernetes resource quantity (``"500m"``, ``"64Gi"``, ``"1e3"``, ``8``) as a number."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"not a quantity: {value!r}")
+    match = _ANY_QUANTITY.match(str(value).strip())
+    if match is None:
+        raise ValueError(f"not a quantity: {value!r}")
+    number, suffix = Decimal(match["number"]), match["suffix"] or ""
+    if suffix[:1] in ("e", "E"):
+        return number * (Decimal(10) ** int(suffix[1:]))
+    return number * _SCALE.get(suffix, Decimal(1))

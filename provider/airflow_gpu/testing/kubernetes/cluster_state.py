@@ -7,6 +7,7 @@ Everything here runs on one asyncio event loop (the server's); the thread-safe f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import secrets
 import shutil
@@ -405,6 +406,8 @@ class ClusterState:
             await run.stop(0)
             if run.task is not None:
                 run.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await run.task
             shutil.rmtree(run.workdir, ignore_errors=True)
             self.runs.pop((namespace, name), None)
         self.store.stop_all_watches()

@@ -13,32 +13,11 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from airflow_gpu.testing.kubernetes.objects import parse_quantity
+from airflow_gpu.accelerators.kubernetes import pod_requests
+from airflow_gpu.accelerators.quantities import parse_quantity
 
 Obj = dict[str, Any]
 SCHEDULING_EFFECTS = ("NoSchedule", "NoExecute")
-
-
-def pod_requests(pod: Mapping[str, Any]) -> dict[str, float]:
-    """Effective requests: the sum over containers (a limit stands in for a missing request), or the
-    largest init container's if that is more."""
-    spec = pod.get("spec") or {}
-
-    def of(container: Mapping[str, Any]) -> dict[str, float]:
-        resources = container.get("resources") or {}
-        amounts = {k: float(parse_quantity(v)) for k, v in (resources.get("limits") or {}).items()}
-        amounts.update({k: float(parse_quantity(v)) for k, v in (resources.get("requests") or {}).items()})
-        return amounts
-
-    total: dict[str, float] = {}
-    for container in spec.get("containers") or []:
-        for resource, amount in of(container).items():
-            total[resource] = total.get(resource, 0.0) + amount
-    for container in spec.get("initContainers") or []:
-        for resource, amount in of(container).items():
-            total[resource] = max(total.get(resource, 0.0), amount)
-    total["pods"] = 1.0
-    return total
 
 
 def _expression_matches(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:

@@ -1,0 +1,1 @@
+"""Hooks: the cloud API calls of the provider, one module per backend."""

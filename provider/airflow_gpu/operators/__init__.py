@@ -1,0 +1,1 @@
+"""Operators, one module per backend."""
