@@ -27,4 +27,6 @@ def get_provider_info() -> dict[str, Any]:
                 "tags": ["software"],
             }
         ],
+        "operators": [{"integration-name": "GPU accelerators", "python-modules": ["airflow_gpu.operators.kubernetes"]}],
+        "hooks": [{"integration-name": "GPU accelerators", "python-modules": ["airflow_gpu.hooks.kubernetes"]}],
     }

@@ -87,6 +87,10 @@ class PodRun:
         spec = pod.get("spec") or {}
         self.init_names = [c["name"] for c in spec.get("initContainers") or []]
         self.names = [c["name"] for c in spec.get("containers") or []]
+        self.pre_stop = {
+            c["name"]: (((c.get("lifecycle") or {}).get("preStop") or {}).get("exec") or {}).get("command")
+            for c in spec.get("containers") or []
+        }
         self.containers = {name: ContainerRun(name) for name in [*self.init_names, *self.names]}
         self.workdir = tempfile.mkdtemp(prefix=f"kubelet-{pod['metadata']['name']}-")
         self.task: asyncio.Task[None] | None = None
@@ -104,9 +108,26 @@ class PodRun:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signum)
 
+    async def run_pre_stop_hooks(self, grace_seconds: float) -> None:
+        """``lifecycle.preStop.exec`` of running containers, within the grace period, as the kubelet does."""
+        hooks = [
+            self.pre_stop[name]
+            for name, run in self.containers.items()
+            if self.pre_stop.get(name) and run.process is not None and run.process.returncode is None
+        ]
+        for command in hooks:
+            assert command is not None
+            with contextlib.suppress(OSError, asyncio.TimeoutError):
+                hook = await asyncio.create_subprocess_exec(
+                    *command, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+                )
+                await asyncio.wait_for(hook.wait(), timeout=max(grace_seconds, 1))
+
     async def stop(self, grace_seconds: float) -> None:
-        """SIGTERM, wait for the grace period, then SIGKILL what is left."""
+        """preStop hooks, SIGTERM, wait for the grace period, then SIGKILL what is left."""
         self.terminating = True
+        if grace_seconds > 0:
+            await self.run_pre_stop_hooks(grace_seconds)
         self.signal_all(signal.SIGTERM)
         processes = self.running_processes()
         if processes and grace_seconds > 0:

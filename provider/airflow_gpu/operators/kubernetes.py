@@ -1,0 +1,305 @@
+"""``GPUKubernetesOperator``: a ``KubernetesPodOperator`` that takes an accelerator spec and rides out spot.
+
+What it adds to KPO, and where each piece lives:
+
+* the pod's resources, node affinity, tolerations and ``/dev/shm`` come from the spec
+  (``airflow_gpu.accelerators.kubernetes``), the image from ``image="auto"`` or is validated
+  (``airflow_gpu.images``), all when the DAG is parsed;
+* each finished pod is classified (``airflow_gpu.spot.classifier``) and the ``SpotPolicy``
+  decides (``airflow_gpu.spot.policy``): a preempted pod is resubmitted inside the same task try,
+  a pod unschedulable past ``capacity_timeout`` moves to the next candidate accelerator and then to
+  on-demand, a bug fails the task without burning retries;
+* the workload learns its accelerator, attempt and interruptions from the environment, and gets a
+  spot notice file (written by a ``preStop`` hook) and SIGTERM with the policy's grace period.
+
+Everything else is KPO's: pod launching, log streaming, ``on_kill``, reattaching.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+try:
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+    from kubernetes.client import models as k8s
+    from kubernetes.client.exceptions import ApiException
+except ImportError as error:  # pragma: no cover - depends on the installed extras
+    raise ImportError(
+        "GPUKubernetesOperator needs the cncf-kubernetes provider: pip install 'airflow-provider-gpu[kubernetes]'"
+    ) from error
+
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from airflow_gpu.accelerators.errors import AcceleratorSpecError
+from airflow_gpu.accelerators.kubernetes import CAPACITIES, LabelScheme, MigStrategy, to_kubernetes
+from airflow_gpu.accelerators.quantities import CpuAmount, MemoryAmount
+from airflow_gpu.accelerators.shared_memory import SharedMemory
+from airflow_gpu.accelerators.spec import Accelerator
+from airflow_gpu.images.selection import resolve_image
+from airflow_gpu.spot.classifier import Classification, Outcome, classify_pod
+from airflow_gpu.spot.policy import Capacity, Placement, SpotPolicy, next_step
+from airflow_gpu.utils.kubernetes import pod_operator_arguments
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+#: Arguments the spec fills in unless the user passed them to the operator.
+PLACEMENT_ARGUMENTS = ("container_resources", "affinity", "tolerations", "volumes", "volume_mounts")
+#: Where the ``preStop`` hook writes the spot notice; ``{pod}`` keeps pods apart on shared hosts.
+SPOT_NOTICE_PATH = "/tmp/airflow-gpu/{pod}/spot-notice"
+INTERRUPTIONS_XCOM_KEY = "gpu_interruptions"
+ACCELERATOR_XCOM_KEY = "gpu_accelerator"
+
+
+def _candidates(accelerator: str | Accelerator | Sequence[str | Accelerator]) -> tuple[Accelerator, ...]:
+    items = [accelerator] if isinstance(accelerator, str | Accelerator) else list(accelerator)
+    if not items:
+        raise AcceleratorSpecError(
+            "spec", accelerator, "no accelerator given", ["'H100:8'", "['H100:8', 'A100-80GB:8']"]
+        )
+    return tuple(Accelerator.parse(item) for item in items)
+
+
+class GPUKubernetesOperator(KubernetesPodOperator):
+    """Run a container on Kubernetes GPUs described by one accelerator spec.
+
+    :param accelerator: ``"H100:8"``, an ``Accelerator``, or candidates in preference order
+        (``["H100:8", "A100-80GB:8"]``).
+    :param image: ``"auto"`` picks the newest catalog image that runs on the accelerator
+        (and ``driver_version``); a reference is validated against every candidate.
+    :param cpu: cores (a number or a quantity such as ``"500m"``), requested.
+    :param memory: MiB as an int or a quantity such as ``"64Gi"``, requested and limited.
+    :param shared_memory: ``/dev/shm`` size: ``"auto"``, ``None`` (runtime default), MiB or a quantity.
+    :param capacity: ``"spot"``, ``"on-demand"``, ``"spot-if-available"`` or None (no constraint).
+    :param spot: the ``SpotPolicy``; the default resubmits up to 3 preemptions then falls back.
+    :param node_label_scheme: ``"nvidia-gfd"``, ``"gke"``, ``"karpenter"``, ``"none"`` or a mapping.
+    :param mig_strategy: ``"mixed"`` (``nvidia.com/mig-<profile>`` resources) or ``"single"``.
+    :param driver_version: the nodes' NVIDIA driver, to select or validate the image's CUDA.
+
+    Any ``KubernetesPodOperator`` argument works too, and wins where it overlaps (resources,
+    affinity, tolerations, volumes, ``termination_grace_period``...).
+    """
+
+    template_fields: Sequence[str] = (*KubernetesPodOperator.template_fields, "cpu", "memory")
+
+    def __init__(
+        self,
+        *,
+        accelerator: str | Accelerator | Sequence[str | Accelerator],
+        image: str = "auto",
+        cpu: CpuAmount | None = None,
+        memory: MemoryAmount | None = None,
+        shared_memory: SharedMemory = "auto",
+        capacity: Capacity | None = None,
+        spot: SpotPolicy | Mapping[str, Any] | None = None,
+        node_label_scheme: str | Mapping[str, Any] | LabelScheme = "nvidia-gfd",
+        mig_strategy: MigStrategy = "mixed",
+        driver_version: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.candidates = _candidates(accelerator)
+        if capacity is not None and capacity not in CAPACITIES:
+            raise AcceleratorSpecError("capacity", capacity, "unknown capacity type", CAPACITIES)
+        self.spot = spot if isinstance(spot, SpotPolicy) else SpotPolicy(**(spot or {}))
+        self.cpu, self.memory, self.shared_memory = cpu, memory, shared_memory
+        self.capacity = capacity
+        self.node_label_scheme = LabelScheme.coerce(node_label_scheme)
+        self.mig_strategy: MigStrategy = mig_strategy
+        self.driver_version = driver_version
+        # One image per candidate, resolved (or refused) now, at DAG parse time.
+        self.images = tuple(resolve_image(image, c, driver_version) for c in self.candidates)
+        self.user_placement = {name for name in PLACEMENT_ARGUMENTS if kwargs.get(name) is not None}
+        kwargs.setdefault("termination_grace_period", self.spot.grace_period_seconds)
+        kwargs.setdefault("schedule_timeout_seconds", int(self.spot.capacity_timeout))
+        kwargs.setdefault("startup_timeout_seconds", max(120, int(self.spot.capacity_timeout)))
+        super().__init__(image=self.images[0], **kwargs)
+        for candidate in self.candidates:  # every candidate's placement must translate, now
+            self._placement_arguments(Placement(0, capacity), candidate)
+        self._placement = Placement(0, capacity)
+        self._apply_placement(self._placement)
+        self._submissions = 0
+        self._interruptions_on_capacity = 0
+        self.interruptions: list[dict[str, Any]] = []
+        self._last_result: Classification | None = None
+
+    # --- placement ------------------------------------------------------------------------
+
+    def _placement_arguments(self, placement: Placement, candidate: Accelerator) -> dict[str, Any]:
+        spec = to_kubernetes(
+            candidate,
+            cpu=self.cpu,
+            memory=self.memory,
+            shared_memory=self.shared_memory,
+            capacity=placement.capacity,
+            label_scheme=self.node_label_scheme,
+            mig_strategy=self.mig_strategy,
+        )
+        return pod_operator_arguments(spec)
+
+    def _apply_placement(self, placement: Placement) -> None:
+        candidate = self.candidates[placement.candidate]
+        for name, value in self._placement_arguments(placement, candidate).items():
+            if name not in self.user_placement:
+                setattr(self, name, value if name != "affinity" or value is not None else {})
+        self.image = self.images[placement.candidate]
+        self._placement = placement
+
+    @property
+    def accelerator(self) -> Accelerator:
+        """The candidate the next (or current) pod runs on."""
+        return self.candidates[self._placement.candidate]
+
+    # --- pod ------------------------------------------------------------------------------
+
+    def build_pod_request_obj(self, context: Context | None = None, *, dry_run: bool = False) -> k8s.V1Pod:
+        """KPO's pod, plus the environment and the spot-notice hook the workload can use."""
+        pod = super().build_pod_request_obj(context, dry_run=dry_run)
+        container = next(c for c in pod.spec.containers if c.name == self.base_container_name)
+        notice_file = SPOT_NOTICE_PATH.format(pod=pod.metadata.name)
+        env = {
+            "AIRFLOW_GPU_ACCELERATOR": str(self.accelerator),
+            "AIRFLOW_GPU_CAPACITY": self._placement.capacity or "any",
+            "AIRFLOW_GPU_ATTEMPT": str(self._submissions + 1),
+            "AIRFLOW_GPU_INTERRUPTIONS": str(len(self.interruptions)),
+            "AIRFLOW_GPU_SPOT_NOTICE_FILE": notice_file,
+        }
+        container.env = [*(container.env or []), *(k8s.V1EnvVar(name=k, value=v) for k, v in env.items())]
+        if container.lifecycle is None:
+            notice = f"mkdir -p {notice_file.rsplit('/', 1)[0]} && date -u +%Y-%m-%dT%H:%M:%SZ > {notice_file}"
+            container.lifecycle = k8s.V1Lifecycle(
+                pre_stop=k8s.V1LifecycleHandler(_exec=k8s.V1ExecAction(command=["/bin/sh", "-c", notice]))
+            )
+        pod.metadata.labels = {
+            **(pod.metadata.labels or {}),
+            "airflow-gpu/accelerator": self.accelerator.type.lower(),
+            "airflow-gpu/capacity": self._placement.capacity or "any",
+        }
+        return pod
+
+    def cleanup(
+        self,
+        pod: k8s.V1Pod,
+        remote_pod: k8s.V1Pod,
+        xcom_result: dict[Any, Any] | None = None,
+        context: Context | None = None,
+    ) -> None:
+        """Classify the pod before KPO deletes it or raises, and make sure an abandoned one is gone."""
+        self._last_result = None
+        if not self._killed and (remote_pod or pod) is not None:
+            current = self._read_pod(remote_pod or pod)
+            self._last_result = classify_pod(current)
+            if current is not None and self._last_result.outcome is Outcome.UNSCHEDULABLE:
+                self._delete_and_wait(remote_pod or pod)  # never leave a pending pod to start later
+        super().cleanup(pod, remote_pod, xcom_result, context)
+
+    def _read_pod(self, pod: k8s.V1Pod) -> dict[str, Any] | None:
+        try:
+            fresh = self.client.read_namespaced_pod(pod.metadata.name, pod.metadata.namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        serialized: dict[str, Any] = self.client.api_client.sanitize_for_serialization(fresh)
+        return serialized
+
+    def _delete_and_wait(self, pod: k8s.V1Pod) -> None:
+        import time
+
+        try:
+            self.client.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and self._read_pod(pod) is not None:
+            time.sleep(0.5)
+
+    # --- the resubmission loop ------------------------------------------------------------
+
+    def execute(self, context: Context) -> Any:
+        ti = context["ti"]
+        if getattr(ti, "map_index", -1) is not None and getattr(ti, "map_index", -1) >= 0 and self.name:
+            self.name = f"{self.name}-{ti.map_index}"
+        return super().execute(context)
+
+    def execute_sync(self, context: Context) -> Any:
+        while True:
+            self._last_result = None
+            try:
+                result = super().execute_sync(context)
+            except Exception as error:  # classified below; anything unclassified is re-raised
+                if self._last_result is None or self._killed:
+                    raise
+                self._after_failure(context, self._last_result, error)
+                continue
+            self._publish(context)
+            return result
+
+    def _after_failure(self, context: Context, result: Classification, error: Exception) -> None:
+        decision = next_step(
+            self.spot, result, self._placement, self._interruptions_on_capacity, len(self.candidates), self.capacity
+        )
+        record = {
+            "time": datetime.now(timezone.utc).isoformat(),
+            "pod": self.pod.metadata.name if self.pod is not None else None,
+            "accelerator": str(self.accelerator),
+            "capacity": self._placement.capacity or "any",
+            "outcome": result.outcome.value,
+            "reason": result.reason,
+            "message": result.message,
+            "action": decision.action,
+            "next": decision.message,
+        }
+        if result.interrupted:
+            self.interruptions.append(record)
+            self.log.warning("GPU interruption %d: %s", len(self.interruptions), decision.message)
+        else:
+            self.log.warning("Pod ended %s: %s", result.outcome.value, decision.message)
+        self._publish(context)
+        if decision.action != "resubmit":
+            history = "".join(
+                f"\n  - {i['time']} {i['pod']} on {i['accelerator']}/{i['capacity']}: {i['reason']}"
+                for i in self.interruptions
+            )
+            message = decision.message + (f"\nInterruptions:{history}" if history else "")
+            if result.outcome is Outcome.UNSCHEDULABLE:
+                message += self._capacity_summary()
+            if decision.retry_allowed:
+                raise AirflowException(message) from error
+            raise AirflowFailException(message) from error
+        if decision.placement.capacity != self._placement.capacity:
+            self._interruptions_on_capacity = 0
+        elif decision.counts_as_interruption:
+            self._interruptions_on_capacity += 1
+        self._submissions += 1
+        self._apply_placement(decision.placement)
+        self.pod = None
+        self.pod_request_obj = None
+        self.remote_pod = None
+        self.log.info(
+            "Submitting a new pod on %s (%s capacity)", self.accelerator, decision.placement.capacity or "any"
+        )
+
+    def _capacity_summary(self) -> str:
+        try:
+            from airflow_gpu.hooks.kubernetes import summarize
+
+            serialize = self.client.api_client.sanitize_for_serialization
+            nodes = [serialize(n) for n in self.client.list_node().items]
+            pods = [serialize(p) for p in self.client.list_pod_for_all_namespaces().items]
+            offered = summarize(nodes, pods)
+        except Exception:  # the summary is a courtesy; the failure message stands without it
+            return ""
+        if not offered:
+            return "\nThe cluster offers no GPUs."
+        return "\nThe cluster offers:" + "".join(f"\n  - {c}" for c in offered)
+
+    def _publish(self, context: Context) -> None:
+        ti = context["ti"]
+        ti.xcom_push(key=INTERRUPTIONS_XCOM_KEY, value=list(self.interruptions))
+        ti.xcom_push(
+            key=ACCELERATOR_XCOM_KEY,
+            value={"accelerator": str(self.accelerator), "capacity": self._placement.capacity or "any"},
+        )

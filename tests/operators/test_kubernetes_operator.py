@@ -1,0 +1,115 @@
+"""``GPUKubernetesOperator`` pod building and parse-time checks (no cluster: ``dry_run=True``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes.client import ApiClient
+from kubernetes.client import models as k8s
+
+from airflow_gpu import AcceleratorSpecError
+from airflow_gpu.images.selection import ImageError
+from airflow_gpu.operators.kubernetes import GPUKubernetesOperator
+from airflow_gpu.spot.policy import SpotPolicy
+
+
+def build(**kwargs: Any) -> dict[str, Any]:
+    operator = GPUKubernetesOperator(task_id="t", name="train", cmds=["true"], **kwargs)
+    pod = operator.build_pod_request_obj(dry_run=True)
+    serialized: dict[str, Any] = ApiClient().sanitize_for_serialization(pod)
+    return serialized
+
+
+def expressions(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    return list(terms["nodeSelectorTerms"][0]["matchExpressions"])
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "resource", "image_prefix"),
+    [
+        ("H100:8", "nvidia.com/gpu", "pytorch/pytorch:"),
+        ("A100-80GB-MIG-3g.40gb:2", "nvidia.com/mig-3g.40gb", "pytorch/pytorch:"),
+        ("MI300X:8", "amd.com/gpu", "rocm/pytorch:"),
+        ("trn2:16", "aws.amazon.com/neuron", "763104351884.dkr.ecr.us-east-2.amazonaws.com/pytorch-training-neuronx:"),
+    ],
+)
+def test_every_vendor(accelerator: str, resource: str, image_prefix: str) -> None:
+    pod = build(accelerator=accelerator, cpu=8, memory="64Gi")
+    container = pod["spec"]["containers"][0]
+    count = accelerator.split(":")[1] if ":" in accelerator else "1"
+    assert container["resources"]["limits"][resource] == count
+    assert container["resources"]["requests"]["cpu"] == "8"
+    assert container["image"].startswith(image_prefix)
+    assert {v["name"]: v for v in pod["spec"]["volumes"]}["dshm"]["emptyDir"]["medium"] == "Memory"
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["AIRFLOW_GPU_ACCELERATOR"] and env["AIRFLOW_GPU_ATTEMPT"] == "1"
+    assert env["AIRFLOW_GPU_SPOT_NOTICE_FILE"].endswith("/spot-notice")
+    assert container["lifecycle"]["preStop"]["exec"]["command"][:2] == ["/bin/sh", "-c"]
+    assert pod["spec"]["terminationGracePeriodSeconds"] == SpotPolicy().grace_period_seconds
+
+
+@pytest.mark.parametrize(
+    ("scheme", "key"),
+    [("nvidia-gfd", "nvidia.com/gpu.product"), ("gke", "cloud.google.com/gke-accelerator"),
+     ("karpenter", "karpenter.k8s.aws/instance-gpu-name")],
+)  # fmt: skip
+def test_label_schemes_and_capacity(scheme: str, key: str) -> None:
+    pod = build(accelerator="L4:2", node_label_scheme=scheme, capacity="spot")
+    assert expressions(pod)[0]["key"] == key
+    assert {t["key"] for t in pod["spec"]["tolerations"]} >= {"nvidia.com/gpu", "cloud.google.com/gke-spot"}
+    assert pod["metadata"]["labels"]["airflow-gpu/capacity"] == "spot"
+
+
+def test_user_arguments_win() -> None:
+    resources = k8s.V1ResourceRequirements(limits={"nvidia.com/gpu": "1", "memory": "1Gi"})
+    toleration = k8s.V1Toleration(key="dedicated", operator="Exists")
+    pod = build(
+        accelerator="H100:8", container_resources=resources, tolerations=[toleration], termination_grace_period=5,
+        affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["mine"]}]}]}}},
+    )  # fmt: skip
+    assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1", "memory": "1Gi"}
+    assert [t["key"] for t in pod["spec"]["tolerations"]] == ["dedicated"]
+    assert expressions(pod) == [{"key": "pool", "operator": "In", "values": ["mine"]}]
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 5
+
+
+def test_image_is_selected_or_validated_at_parse_time() -> None:
+    assert (
+        build(accelerator="V100")["spec"]["containers"][0]["image"] == "pytorch/pytorch:2.10.0-cuda12.8-cudnn9-runtime"
+    )
+    driver = build(accelerator="H100", driver_version="535")
+    assert driver["spec"]["containers"][0]["image"] == "pytorch/pytorch:2.7.1-cuda11.8-cudnn9-runtime"
+    with pytest.raises(ImageError, match="cannot run on B200"):
+        GPUKubernetesOperator(task_id="t", accelerator="B200", image="pytorch/pytorch:2.6.0-cuda12.6-cudnn9-runtime")
+    with pytest.raises(ImageError, match="cannot run on V100"):  # validated against every candidate
+        GPUKubernetesOperator(
+            task_id="t", accelerator=["H100", "V100"], image="pytorch/pytorch:2.10.0-cuda13.0-cudnn9-runtime"
+        )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "fragment"),
+    [
+        ({"accelerator": "H10:8"}, AcceleratorSpecError, "did you mean 'H100'"),
+        ({"accelerator": []}, AcceleratorSpecError, "no accelerator given"),
+        ({"accelerator": "L4", "capacity": "cheap"}, AcceleratorSpecError, "capacity 'cheap'"),
+        ({"accelerator": "A10G", "node_label_scheme": "gke"}, AcceleratorSpecError, "GKE does not offer it"),
+        ({"accelerator": "L4", "memory": "lots"}, AcceleratorSpecError, "memory 'lots'"),
+        ({"accelerator": "L4", "spot": {"max_interruptions": -1}}, ValueError, "max_interruptions"),
+        ({"accelerator": "TPU-v5p:4"}, ImageError, "no TPU images"),
+    ],
+)
+def test_bad_input_fails_when_the_operator_is_built(
+    kwargs: dict[str, Any], error: type[Exception], fragment: str
+) -> None:
+    with pytest.raises(error, match=fragment):
+        GPUKubernetesOperator(task_id="t", **kwargs)
+
+
+def test_candidates_keep_one_image_each() -> None:
+    operator = GPUKubernetesOperator(task_id="t", accelerator=["B200:8", "MI300X:8"])
+    assert operator.images[0].startswith("pytorch/pytorch:") and operator.images[1].startswith("rocm/pytorch:")
+    assert str(operator.accelerator) == "B200:8"
