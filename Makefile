@@ -47,6 +47,7 @@ test: lint typecheck docs pytest
 bench: install
 	$(BIN)/python bench/import_time.py
 	$(BIN)/python bench/emulator_throughput.py
+	$(BIN)/python bench/dag_parse_time.py
 
 clean:
 	rm -rf $(VENV) docs/_build .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -79,11 +79,24 @@ def test_airflow_providers_list_shows_the_provider() -> None:
 
 
 @pytest.mark.slow
-def test_example_dags_parse_without_errors() -> None:
+def test_example_dags_parse_without_errors_or_deprecations() -> None:
+    import warnings
+
     from airflow.dag_processing.dagbag import DagBag
 
-    bag = DagBag(dag_folder=str(Path(__file__).resolve().parent.parent / "dags"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bag = DagBag(dag_folder=str(Path(__file__).resolve().parent.parent / "dags"))
     assert bag.import_errors == {}
+    assert not any(bag.captured_warnings.values()), bag.captured_warnings
+    deprecations = [
+        w for w in caught if "deprecat" in str(w.message).lower() or issubclass(w.category, DeprecationWarning)
+    ]
+    assert not deprecations, [f"{w.category.__name__}: {w.message} ({w.filename})" for w in deprecations]
+    assert set(bag.dags) == {"example_accelerator_spec", "gpu_fanout"}
+    fanout = bag.dags["gpu_fanout"]
+    assert fanout.get_task("score_shard").map_index_template == "shard {{ task.arguments[1] }}"
+    assert fanout.get_task("score_shard").max_active_tis_per_dagrun == 3
     dag = bag.dags["example_accelerator_spec"]
     train = dag.get_task("train")
     assert train.container_resources.limits == {"nvidia.com/gpu": "4", "memory": "256Gi"}

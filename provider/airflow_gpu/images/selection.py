@@ -9,6 +9,7 @@ private images are common, and refusing them would be worse than trusting them.
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 
@@ -266,6 +267,7 @@ def _replacement(
     return None
 
 
+@functools.lru_cache(maxsize=1024)
 def resolve_image(
     image: str,
     accelerator: Accelerator | str | None,

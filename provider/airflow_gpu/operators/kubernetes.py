@@ -50,6 +50,9 @@ PLACEMENT_ARGUMENTS = ("container_resources", "affinity", "tolerations", "volume
 #: Where the ``preStop`` hook writes the spot notice; ``{pod}`` keeps pods apart on shared hosts.
 SPOT_NOTICE_PATH = "/tmp/airflow-gpu/{pod}/spot-notice"
 INTERRUPTIONS_XCOM_KEY = "gpu_interruptions"
+#: A line ``::airflow-gpu-result::<json>`` in the container's output is the task's return value:
+#: results without KPO's xcom sidecar (which needs ``pods/exec`` and an extra image).
+RESULT_MARKER = "::airflow-gpu-result::"
 ACCELERATOR_XCOM_KEY = "gpu_accelerator"
 
 
@@ -115,7 +118,7 @@ class GPUKubernetesOperator(KubernetesPodOperator):
         kwargs.setdefault("schedule_timeout_seconds", int(self.spot.capacity_timeout))
         kwargs.setdefault("startup_timeout_seconds", max(120, int(self.spot.capacity_timeout)))
         super().__init__(image=self.images[0], **kwargs)
-        for candidate in self.candidates:  # every candidate's placement must translate, now
+        for candidate in self.candidates[1:]:  # every candidate's placement must translate, now
             self._placement_arguments(Placement(0, capacity), candidate)
         self._placement = Placement(0, capacity)
         self._apply_placement(self._placement)
@@ -123,6 +126,7 @@ class GPUKubernetesOperator(KubernetesPodOperator):
         self._interruptions_on_capacity = 0
         self.interruptions: list[dict[str, Any]] = []
         self._last_result: Classification | None = None
+        self._logged_result: Any = None
 
     # --- placement ------------------------------------------------------------------------
 
@@ -190,6 +194,8 @@ class GPUKubernetesOperator(KubernetesPodOperator):
         if not self._killed and (remote_pod or pod) is not None:
             current = self._read_pod(remote_pod or pod)
             self._last_result = classify_pod(current)
+            if self._last_result.outcome is Outcome.SUCCEEDED and not self.do_xcom_push:
+                self._logged_result = self._result_from_log(remote_pod or pod)
             if current is not None and self._last_result.outcome is Outcome.UNSCHEDULABLE:
                 self._delete_and_wait(remote_pod or pod)  # never leave a pending pod to start later
         super().cleanup(pod, remote_pod, xcom_result, context)
@@ -203,6 +209,23 @@ class GPUKubernetesOperator(KubernetesPodOperator):
             raise
         serialized: dict[str, Any] = self.client.api_client.sanitize_for_serialization(fresh)
         return serialized
+
+    def _result_from_log(self, pod: k8s.V1Pod) -> Any:
+        """The value of the last ``::airflow-gpu-result::`` line of the base container, if any."""
+        import json
+
+        response = self.client.read_namespaced_pod_log(
+            pod.metadata.name, pod.metadata.namespace, container=self.base_container_name, _preload_content=False
+        )
+        lines = [
+            line for line in response.data.decode("utf-8", "replace").splitlines() if line.startswith(RESULT_MARKER)
+        ]
+        if not lines:
+            return None
+        try:
+            return json.loads(lines[-1][len(RESULT_MARKER) :])
+        except ValueError as error:
+            raise AirflowFailException(f"the workload printed a result that is not JSON: {lines[-1]!r}") from error
 
     def _delete_and_wait(self, pod: k8s.V1Pod) -> None:
         import time
@@ -235,7 +258,7 @@ class GPUKubernetesOperator(KubernetesPodOperator):
                 self._after_failure(context, self._last_result, error)
                 continue
             self._publish(context)
-            return result
+            return result if self.do_xcom_push else self._logged_result
 
     def _after_failure(self, context: Context, result: Classification, error: Exception) -> None:
         decision = next_step(

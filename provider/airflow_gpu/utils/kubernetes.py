@@ -8,6 +8,7 @@ the API model instead of being copied by hand.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 try:
@@ -21,9 +22,15 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
 from airflow_gpu.accelerators.kubernetes import KubernetesPlacement
 
 
+@cache
+def _api_client() -> ApiClient:
+    """One client for deserialising: building a ``Configuration`` per call costs ~1 ms per task."""
+    return ApiClient(configuration=Configuration())
+
+
 def to_model(data: dict[str, Any], model: type[Any]) -> Any:
     """A ``kubernetes.client`` model from an API dict (camelCase keys)."""
-    return ApiClient(configuration=Configuration())._ApiClient__deserialize_model(data, model)
+    return _api_client()._ApiClient__deserialize_model(data, model)
 
 
 def pod_operator_arguments(placement: KubernetesPlacement) -> dict[str, Any]:
