@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: install demo test lint typecheck docs pytest bench clean
+.PHONY: install demo tour test lint typecheck docs pytest bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,12 +20,16 @@ $(STAMP): $(BIN)/python pyproject.toml
 
 install: $(STAMP)
 
+# The main job: the fan-out example DAG through a real Airflow against the Kubernetes emulator.
+# DEMO_ONCE=1 exits after the run (non-zero if it failed); otherwise Ctrl-C stops everything.
 demo: install
+	$(BIN)/python -m airflow_gpu.testing.demo
+
+# What the accelerator specs become, from the command line.
+tour: install
 	$(BIN)/airflow-gpu catalog
 	$(BIN)/airflow-gpu describe H100:8 --target kubernetes --capacity spot-if-available
-	$(BIN)/airflow-gpu describe A100-80GB-MIG-3g.40gb --target kubernetes --label-scheme karpenter
 	$(BIN)/airflow-gpu describe A10G:4 --target batch --memory 96Gi
-	$(BIN)/airflow-gpu describe trn2:16 --target batch
 	$(BIN)/airflow-gpu recommend --params 7B --task lora --precision bf16
 	$(BIN)/airflow-gpu images --accelerator H100:8 --driver 535 --registry dockerhub
 
@@ -50,4 +54,4 @@ bench: install
 	$(BIN)/python bench/dag_parse_time.py
 
 clean:
-	rm -rf $(VENV) docs/_build .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) docs/_build .pytest_cache .mypy_cache .ruff_cache .hypothesis .demo .emulator

@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from airflow_gpu.testing.airflow_stack import AirflowStack
+from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 
 DAGS = Path(__file__).resolve().parent / "dags"
 BIN = Path(sys.executable).parent
@@ -39,3 +42,23 @@ def airflow(airflow_env: dict[str, str]) -> Callable[..., subprocess.CompletedPr
         )
 
     return run
+
+
+@pytest.fixture(scope="session")
+def airflow_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AirflowStack, KubernetesEmulator]]:
+    """One real Airflow (api-server, scheduler, dag-processor, triggerer) on free ports, whose
+    ``kubernetes_default`` points at one emulator; shared by the REST end-to-end tests, torn down
+    (every process group) at the end of the session, whatever happened."""
+    import json
+
+    root = tmp_path_factory.mktemp("stack")
+    with KubernetesEmulator("demo") as emulator:
+        emulator.write_kubeconfig(root / "kubeconfig")
+        connection = {"conn_type": "kubernetes", "extra": {"kube_config_path": str(emulator.kubeconfig_path)}}
+        stack = AirflowStack(
+            root / "airflow-home",
+            Path(__file__).resolve().parents[2] / "dags",
+            extra_env={"AIRFLOW_CONN_KUBERNETES_DEFAULT": json.dumps(connection)},
+        )
+        with stack:
+            yield stack, emulator

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -17,6 +18,15 @@ from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 
 pytestmark = pytest.mark.slow
 DAGS = Path(__file__).resolve().parents[2] / "dags"
+
+
+def expected_total(shards: int, rows: int) -> int:
+    """What dags/gpu_fanout.py's SCORE_SHARD computes, summed over the shards."""
+    return sum(
+        int(hashlib.sha256(f"{shard}:{row}".encode()).hexdigest()[:4], 16) % 7
+        for shard in range(shards)
+        for row in range(rows)
+    )
 
 
 def test_fanout_over_five_shards_with_a_preemption(
@@ -45,6 +55,8 @@ def test_fanout_over_five_shards_with_a_preemption(
     injector.join(timeout=5)
     assert completed.returncode == 0, completed.stdout[-5000:]
     assert "5 of 5 shards succeeded (100%)" in completed.stdout
+    # every shard's result reached the reduce step through XCom
+    assert f"total score {expected_total(5, 2000)} over 10000 rows" in completed.stdout
     assert len(preempted) == 1
     assert "GPU interruption 1: preempted (TerminationByKubelet)" in completed.stdout
     pods = api.list_namespaced_pod("default", label_selector="task_id=score_shard").items

@@ -258,7 +258,12 @@ class GPUKubernetesOperator(KubernetesPodOperator):
                 self._after_failure(context, self._last_result, error)
                 continue
             self._publish(context)
-            return result if self.do_xcom_push else self._logged_result
+            if self.do_xcom_push:
+                return result
+            if self._logged_result is not None:
+                # Airflow pushes return values only with do_xcom_push, which would add KPO's sidecar.
+                context["ti"].xcom_push(key="return_value", value=self._logged_result)
+            return self._logged_result
 
     def _after_failure(self, context: Context, result: Classification, error: Exception) -> None:
         decision = next_step(

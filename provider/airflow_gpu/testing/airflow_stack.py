@@ -1,0 +1,233 @@
+"""A real Airflow (api-server, scheduler, dag-processor, triggerer) on SQLite, for the demo and e2e tests.
+
+``airflow standalone`` does the same but binds 0.0.0.0:8080, starts 32 executor workers and
+picks its own password; this starts the four parts on 127.0.0.1 with a free port, a small
+``parallelism`` for a 2-core machine, one JWT secret shared by every part, and a fixed admin
+password, each in its own process group so that ``stop()`` leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+COMPONENTS: tuple[tuple[str, ...], ...] = (
+    ("api-server",),
+    ("scheduler",),
+    ("dag-processor",),
+    ("triggerer",),
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class AirflowStack:
+    """Start, talk to (REST API v2) and stop a local Airflow."""
+
+    def __init__(
+        self,
+        home: Path,
+        dags_folder: Path,
+        port: int | None = None,
+        password: str = "admin",
+        parallelism: int = 4,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
+        self.home = home.resolve()
+        self.dags_folder = dags_folder.resolve()
+        self.port = port or free_port()
+        self.username, self.password = "admin", password
+        self.parallelism = parallelism
+        self.extra_env = extra_env or {}
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self._token: str | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        bin_dir = str(Path(sys.executable).parent)
+        secret_file = self.home / "jwt-secret"
+        if not secret_file.exists():
+            secret_file.write_text(secrets.token_urlsafe(32))
+        return {
+            **os.environ,
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",  # parts start `airflow ...`
+            "AIRFLOW_HOME": str(self.home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{self.username}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(self.port),
+            "AIRFLOW__API__BASE_URL": self.url,
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__API_AUTH__JWT_SECRET": secret_file.read_text(),
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
+            **self.extra_env,
+        }
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def start(self, timeout: float = 240) -> AirflowStack:
+        self.home.mkdir(parents=True, exist_ok=True)
+        (self.home / "passwords.json").write_text(json.dumps({self.username: self.password}))
+        env = self.env
+        migrate = subprocess.run(
+            [str(Path(sys.executable).parent / "airflow"), "db", "migrate"], env=env, capture_output=True, timeout=600
+        )
+        if migrate.returncode != 0:
+            raise RuntimeError(f"airflow db migrate failed:\n{migrate.stderr.decode()[-3000:]}")
+        logs = self.home / "logs"
+        logs.mkdir(exist_ok=True)
+        for component in COMPONENTS:
+            log = (logs / f"{component[0]}.log").open("wb")
+            self.processes.append(
+                subprocess.Popen(
+                    [str(Path(sys.executable).parent / "airflow"), *component],
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # its own process group: stop() reaches its children
+                )
+            )
+        try:
+            self.wait_until(self._healthy, timeout, "the Airflow API server to answer")
+        except TimeoutError:
+            self.stop()
+            raise
+        return self
+
+    def _healthy(self) -> bool:
+        try:
+            health = self.request("GET", "/api/v2/monitor/health", auth=False)
+        except (OSError, urllib.error.URLError):
+            return False
+        return bool(health.get("scheduler", {}).get("status") == "healthy")
+
+    def stop(self, timeout: float = 30) -> None:
+        """SIGTERM every part's process group, then SIGKILL what is still there."""
+        for process in self.processes:
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for process in self.processes:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)  # children of the part, too
+            process.wait()
+        self.processes.clear()
+
+    def __enter__(self) -> AirflowStack:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @staticmethod
+    def wait_until(probe: Any, timeout: float, what: str, interval: float = 0.5) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = probe()
+            if value:
+                return value
+            time.sleep(interval)
+        raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+    # --- REST API v2, as the UI calls it --------------------------------------------------
+
+    def token(self) -> str:
+        if self._token is None:
+            answer = self.request(
+                "POST", "/auth/token", {"username": self.username, "password": self.password}, auth=False
+            )
+            self._token = str(answer["access_token"])
+        return self._token
+
+    def request(self, method: str, path: str, body: Any = None, auth: bool = True) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if auth:
+            headers["Authorization"] = f"Bearer {self.token()}"
+        request = urllib.request.Request(f"{self.url}{path}", data=data, headers=headers, method=method)
+        with urllib.request.urlopen(request, timeout=30) as response:
+            raw = response.read()
+        return json.loads(raw) if raw else None
+
+    def wait_for_dag(self, dag_id: str, timeout: float = 180) -> dict[str, Any]:
+        def probe() -> Any:
+            try:
+                return self.request("GET", f"/api/v2/dags/{dag_id}")
+            except urllib.error.HTTPError as error:
+                if error.code == 404:
+                    return None
+                raise
+
+        found: dict[str, Any] = self.wait_until(probe, timeout, f"the DAG {dag_id} to be parsed")
+        return found
+
+    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
+        """Unpause and trigger, as the UI's trigger button does; returns the run id."""
+        self.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+        from datetime import datetime, timezone
+
+        run = self.request(
+            "POST",
+            f"/api/v2/dags/{dag_id}/dagRuns",
+            {"logical_date": datetime.now(timezone.utc).isoformat(), "conf": conf or {}},
+        )
+        return str(run["dag_run_id"])
+
+    def run_state(self, dag_id: str, run_id: str) -> str:
+        return str(self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"])
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        answer = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=1000")
+        instances: list[dict[str, Any]] = answer["task_instances"]
+        return instances
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value", map_index: int = -1) -> Any:
+        try:
+            entry = self.request(
+                "GET",
+                f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}"
+                f"?map_index={map_index}&deserialize=true",
+            )
+        except urllib.error.HTTPError as error:
+            if error.code == 404:
+                return None
+            raise
+        value = entry.get("value")
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except ValueError:
+                return value
+        return value

@@ -1,0 +1,52 @@
+"""The fan-out DAG on a real Airflow stack, driven through REST API v2 exactly as the UI does
+(token, unpause, POST dagRuns with conf), with one spot preemption injected while it runs."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from airflow_gpu.testing.airflow_stack import AirflowStack
+from airflow_gpu.testing.demo import DAG_ID, inject_preemption, report, watch_run
+from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
+from tests.e2e.test_gpu_fanout import expected_total
+
+pytestmark = pytest.mark.slow
+
+
+def test_fanout_through_the_rest_api(airflow_stack: tuple[AirflowStack, KubernetesEmulator]) -> None:
+    stack, emulator = airflow_stack
+    stack.wait_for_dag(DAG_ID)
+    run_id = stack.trigger(DAG_ID, {"shards": 4, "rows": 1000})
+    done, lines = threading.Event(), []
+    injector = threading.Thread(target=inject_preemption, args=(emulator, done, lines.append), daemon=True)
+    injector.start()
+    state = watch_run(stack, run_id, lines.append, timeout=600)
+    done.set()
+    assert state == "success", "\n".join(lines)
+
+    instances = stack.task_instances(DAG_ID, run_id)
+    shards = sorted((ti for ti in instances if ti["task_id"] == "score_shard"), key=lambda ti: ti["map_index"])
+    assert [ti["map_index"] for ti in shards] == [0, 1, 2, 3]  # one mapped instance per shard
+    assert {ti["rendered_map_index"] for ti in shards} == {"shard 0", "shard 1", "shard 2", "shard 3"}
+    assert {ti["state"] for ti in instances} == {"success"}
+    assert all(ti["try_number"] == 1 for ti in shards)  # the preemption was absorbed inside the try
+
+    interruptions = [stack.xcom(DAG_ID, run_id, "score_shard", "gpu_interruptions", i) for i in range(4)]
+    preempted = [fault["pod"] for fault in emulator.faults if fault["fault"] == "preempt"]
+    assert len(preempted) == 1
+    assert [i["pod"] for items in interruptions for i in items] == preempted  # injected == reported
+    assert all(i["reason"] == "TerminationByKubelet" for items in interruptions for i in items)
+    results = [stack.xcom(DAG_ID, run_id, "score_shard", map_index=i) for i in range(4)]
+    assert [r["shard"] for r in results] == [0, 1, 2, 3]
+    assert stack.xcom(DAG_ID, run_id, "reduce") == {
+        "succeeded": 4,
+        "shards": 4,
+        "total_score": expected_total(4, 1000),
+    }
+
+    printed: list[str] = []
+    report(stack, run_id, printed.append)  # what `make demo` prints at the end
+    assert sum("interrupted: TerminationByKubelet" in line for line in printed) == 1
+    assert any(line.startswith("  shard 3  success  on H100/spot") for line in printed)
