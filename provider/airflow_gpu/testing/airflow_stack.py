@@ -22,6 +22,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from airflow_gpu.testing.polling import wait_for
+
 COMPONENTS: tuple[tuple[str, ...], ...] = (
     ("api-server",),
     ("scheduler",),
@@ -117,7 +119,7 @@ class AirflowStack:
                 )
             )
         try:
-            self.wait_until(self._healthy, timeout, "the Airflow API server to answer")
+            wait_for(self._healthy, timeout, "the Airflow API server to answer", interval=0.5)
         except TimeoutError:
             self.stop()
             raise
@@ -151,16 +153,6 @@ class AirflowStack:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
-    @staticmethod
-    def wait_until(probe: Any, timeout: float, what: str, interval: float = 0.5) -> Any:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = probe()
-            if value:
-                return value
-            time.sleep(interval)
-        raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
-
     # --- REST API v2, as the UI calls it --------------------------------------------------
 
     def token(self) -> str:
@@ -190,7 +182,7 @@ class AirflowStack:
                     return None
                 raise
 
-        found: dict[str, Any] = self.wait_until(probe, timeout, f"the DAG {dag_id} to be parsed")
+        found: dict[str, Any] = wait_for(probe, timeout, f"the DAG {dag_id} to be parsed", interval=0.5)
         return found
 
     def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:

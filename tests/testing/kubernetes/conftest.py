@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
 from kubernetes import client, config
 
+from airflow_gpu.testing import polling
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 
 T = TypeVar("T")
@@ -21,15 +21,9 @@ def core(kubernetes_emulator: KubernetesEmulator) -> client.CoreV1Api:
     return client.CoreV1Api(api_client)
 
 
-def wait_for(probe: Callable[[], T | None], timeout: float = 20.0, interval: float = 0.05) -> T:
+def wait_for(probe: Callable[[], T | None], timeout: float = 20.0) -> T:
     """Poll ``probe`` until it returns something truthy (tests never sleep a fixed time)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout} s")
+    return polling.wait_for(probe, timeout)
 
 
 def pod_manifest(name: str, command: list[str], **spec: Any) -> dict[str, Any]:
