@@ -109,13 +109,17 @@ def summarize(nodes: list[Mapping[str, Any]], pods: list[Mapping[str, Any]]) -> 
     ]
 
 
+def cluster_gpu_capacity(api: Any) -> list[GPUCapacity]:
+    """``summarize`` over what a ``CoreV1Api`` client lists: every node and every pod."""
+    serialize = api.api_client.sanitize_for_serialization
+    nodes = [serialize(n) for n in api.list_node().items]
+    pods = [serialize(p) for p in api.list_pod_for_all_namespaces().items]
+    return summarize(nodes, pods)
+
+
 class GPUKubernetesHook(KubernetesHook):
     """``KubernetesHook`` with the cluster's GPU capacity, for messages and for users' own tasks."""
 
     def gpu_capacity(self) -> list[GPUCapacity]:
         """GPUs per accelerator type and capacity type: allocatable, requested by running pods, free."""
-        api = self.core_v1_client
-        serialize = api.api_client.sanitize_for_serialization
-        nodes = [serialize(n) for n in api.list_node().items]
-        pods = [serialize(p) for p in api.list_pod_for_all_namespaces().items]
-        return summarize(nodes, pods)
+        return cluster_gpu_capacity(self.core_v1_client)

@@ -1,8 +1,9 @@
 """The image catalog: real, published tags only, as data.
 
-Each reference below was checked against its registry's published tags; metadata is not typed
-in by hand but read from the reference by ``tags.parse_image`` (NGC's CUDA comes from its release
-notes table there). To add an image, add its reference.
+Each reference below was found in public use (Dockerfiles, manifests, docs) before it went in;
+no registry could be reached from here to list tags. Metadata is not typed in by hand but
+read from the reference by ``tags.parse_image`` (NGC's CUDA comes from its release table there).
+To add an image, add its reference.
 """
 
 from __future__ import annotations

@@ -118,10 +118,14 @@ def _effective_flavor(spec: Accelerator, family: str, flavor: str | None) -> str
     return flavor
 
 
+@functools.cache
+def _family_flavors(family: str) -> frozenset[str | None]:
+    return frozenset(i.flavor for i in catalog.images() if i.family == family)
+
+
 def _flavor_ok(image: ImageInfo, flavor: str | None) -> bool:
     """Families with a runtime/devel (or training/inference) split honour the flavor; others ignore it."""
-    offered = {i.flavor for i in catalog.images() if i.family == image.family}
-    return flavor is None or flavor not in offered or image.flavor == flavor
+    return flavor is None or flavor not in _family_flavors(image.family) or image.flavor == flavor
 
 
 def _newest_first(images: list[ImageInfo]) -> list[ImageInfo]:

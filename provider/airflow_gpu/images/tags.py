@@ -15,7 +15,8 @@ from airflow_gpu.images.cuda import Version, parse_version
 
 Platform = Literal["cuda", "rocm", "neuron", "unknown"]
 
-#: NGC PyTorch monthly releases: CUDA and PyTorch of each (NGC PyTorch release notes).
+#: NGC PyTorch monthly releases: CUDA (DESIGN.md facts) and the PyTorch base version of each
+#: (from the NGC release notes as remembered; not re-checked here, see the closing note).
 NGC_PYTORCH_RELEASES: dict[str, tuple[str, str]] = {
     "24.12": ("12.6.3", "2.6.0"),
     "25.01": ("12.8.0", "2.6.0"),

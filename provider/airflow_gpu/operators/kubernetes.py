@@ -17,6 +17,8 @@ Everything else is KPO's: pod launching, log streaming, ``on_kill``, reattaching
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -37,6 +39,7 @@ from airflow_gpu.accelerators.kubernetes import CAPACITIES, LabelScheme, MigStra
 from airflow_gpu.accelerators.quantities import CpuAmount, MemoryAmount
 from airflow_gpu.accelerators.shared_memory import SharedMemory
 from airflow_gpu.accelerators.spec import Accelerator
+from airflow_gpu.hooks.kubernetes import cluster_gpu_capacity
 from airflow_gpu.images.selection import resolve_image
 from airflow_gpu.spot.classifier import Classification, Outcome, classify_pod
 from airflow_gpu.spot.policy import Capacity, Placement, SpotPolicy, next_step
@@ -190,7 +193,7 @@ class GPUKubernetesOperator(KubernetesPodOperator):
         context: Context | None = None,
     ) -> None:
         """Classify the pod before KPO deletes it or raises, and make sure an abandoned one is gone."""
-        self._last_result = None
+        self._last_result = self._logged_result = None
         if not self._killed and (remote_pod or pod) is not None:
             current = self._read_pod(remote_pod or pod)
             self._last_result = classify_pod(current)
@@ -212,8 +215,6 @@ class GPUKubernetesOperator(KubernetesPodOperator):
 
     def _result_from_log(self, pod: k8s.V1Pod) -> Any:
         """The value of the last ``::airflow-gpu-result::`` line of the base container, if any."""
-        import json
-
         response = self.client.read_namespaced_pod_log(
             pod.metadata.name, pod.metadata.namespace, container=self.base_container_name, _preload_content=False
         )
@@ -228,8 +229,6 @@ class GPUKubernetesOperator(KubernetesPodOperator):
             raise AirflowFailException(f"the workload printed a result that is not JSON: {lines[-1]!r}") from error
 
     def _delete_and_wait(self, pod: k8s.V1Pod) -> None:
-        import time
-
         try:
             self.client.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
         except ApiException as error:
@@ -242,9 +241,9 @@ class GPUKubernetesOperator(KubernetesPodOperator):
     # --- the resubmission loop ------------------------------------------------------------
 
     def execute(self, context: Context) -> Any:
-        ti = context["ti"]
-        if getattr(ti, "map_index", -1) is not None and getattr(ti, "map_index", -1) >= 0 and self.name:
-            self.name = f"{self.name}-{ti.map_index}"
+        map_index = getattr(context["ti"], "map_index", None)
+        if map_index is not None and map_index >= 0 and self.name:  # pod names carry the map index
+            self.name = f"{self.name}-{map_index}"
         return super().execute(context)
 
     def execute_sync(self, context: Context) -> Any:
@@ -312,12 +311,7 @@ class GPUKubernetesOperator(KubernetesPodOperator):
 
     def _capacity_summary(self) -> str:
         try:
-            from airflow_gpu.hooks.kubernetes import summarize
-
-            serialize = self.client.api_client.sanitize_for_serialization
-            nodes = [serialize(n) for n in self.client.list_node().items]
-            pods = [serialize(p) for p in self.client.list_pod_for_all_namespaces().items]
-            offered = summarize(nodes, pods)
+            offered = cluster_gpu_capacity(self.client)  # the client KPO built, config_file included
         except Exception:  # the summary is a courtesy; the failure message stands without it
             return ""
         if not offered:

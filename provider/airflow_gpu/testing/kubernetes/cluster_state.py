@@ -276,7 +276,7 @@ class ClusterState:
                 await asyncio.shield(run.task)
             self.runs.pop((namespace, name), None)
             shutil.rmtree(run.workdir, ignore_errors=True)
-            if run.running_processes() == [] and pod["spec"].get("nodeName"):
+            if pod["spec"].get("nodeName"):
                 self.record_event(pod, "Normal", "Killing", f"Stopping container {', '.join(run.names)}", "kubelet")
         pod = self.store.find("pods", namespace, name) or pod
         if final is not None:
