@@ -50,15 +50,24 @@ def airflow_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Ai
     ``kubernetes_default`` points at one emulator; shared by the REST end-to-end tests, torn down
     (every process group) at the end of the session, whatever happened."""
     import json
+    import shutil
 
     root = tmp_path_factory.mktemp("stack")
+    dags = root / "dags"  # the shipped example DAGs and the lifecycle test DAGs, side by side
+    shutil.copytree(Path(__file__).resolve().parents[2] / "dags", dags, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(Path(__file__).resolve().parent / "stack_dags" / "gpu_lifecycle.py", dags)
     with KubernetesEmulator("demo") as emulator:
         emulator.write_kubeconfig(root / "kubeconfig")
         connection = {"conn_type": "kubernetes", "extra": {"kube_config_path": str(emulator.kubeconfig_path)}}
         stack = AirflowStack(
             root / "airflow-home",
-            Path(__file__).resolve().parents[2] / "dags",
-            extra_env={"AIRFLOW_CONN_KUBERNETES_DEFAULT": json.dumps(connection)},
+            dags,
+            extra_env={
+                "AIRFLOW_CONN_KUBERNETES_DEFAULT": json.dumps(connection),
+                # A dead worker is noticed in ~30 s instead of 5 minutes (the worker-crash test).
+                "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "30",
+                "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "2",
+            },
         )
         with stack:
             yield stack, emulator

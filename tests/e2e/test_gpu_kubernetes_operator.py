@@ -15,6 +15,7 @@ import pytest
 from kubernetes import client, config
 
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
+from airflow_gpu.testing.polling import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -22,13 +23,13 @@ Airflow = Callable[..., subprocess.CompletedProcess[str]]
 
 
 def run_scenario(
-    airflow: Airflow, emulator: KubernetesEmulator, tmp_path: Path, scenario: str
+    airflow: Airflow, emulator: KubernetesEmulator, tmp_path: Path, scenario: str, deferrable: bool = False
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     result_file = tmp_path / "result.json"
     completed = airflow(
         "dags", "test", "gpu_kubernetes",
         KUBECONFIG=str(emulator.kubeconfig_path), GPU_SCENARIO=scenario, RESULT_FILE=str(result_file),
-        CHECKPOINT_FILE=str(tmp_path / "checkpoint.json"),
+        CHECKPOINT_FILE=str(tmp_path / "checkpoint.json"), GPU_DEFERRABLE="1" if deferrable else "0",
     )  # fmt: skip
     report = json.loads(result_file.read_text()) if result_file.exists() else {}
     return completed, report
@@ -61,12 +62,13 @@ def test_single_gpu_pod(airflow: Airflow, kubernetes_emulator: KubernetesEmulato
     assert report == {"interruptions": [], "accelerator": {"accelerator": "L4", "capacity": "any"}}
 
 
+@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
 def test_preemption_resumes_from_checkpoint(
-    airflow: Airflow, kubernetes_emulator: KubernetesEmulator, tmp_path: Path
+    airflow: Airflow, kubernetes_emulator: KubernetesEmulator, tmp_path: Path, deferrable: bool
 ) -> None:
     preempter = Preempter(kubernetes_emulator, times=2)
     preempter.start()
-    completed, report = run_scenario(airflow, kubernetes_emulator, tmp_path, "preempt")
+    completed, report = run_scenario(airflow, kubernetes_emulator, tmp_path, "preempt", deferrable)
     preempter.stop.set()
     assert completed.returncode == 0, completed.stdout[-4000:]
     assert "result 465" in completed.stdout  # sum(1..30): the same answer as without preemptions
@@ -77,14 +79,51 @@ def test_preemption_resumes_from_checkpoint(
     assert [i["pod"] for i in interruptions] == preempter.preempted
     assert [f["pod"] for f in kubernetes_emulator.faults] == preempter.preempted  # injected == seen
     assert report["accelerator"] == {"accelerator": "H100:8", "capacity": "spot"}
+    if deferrable:
+        assert completed.stdout.count("Pausing task as DEFERRED") >= 3  # one deferral per pod
 
 
+@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
+def test_pod_deleted_before_it_starts_is_resubmitted(
+    airflow: Airflow, kubernetes_emulator: KubernetesEmulator, tmp_path: Path, deferrable: bool
+) -> None:
+    """apache/airflow#59626: a pod preempted before it starts is a 404, not a failed task."""
+    api = client.CoreV1Api(config.new_client_from_config(str(kubernetes_emulator.kubeconfig_path)))
+    spot_nodes = ["gpu-spot-1", "gpu-spot-2"]
+    for node in spot_nodes:  # the first pod stays Pending...
+        kubernetes_emulator.cordon(node)
+    deleted: list[str] = []
+
+    def delete_the_pending_pod() -> None:
+        def pending() -> list[str]:
+            pods = api.list_namespaced_pod("default", label_selector="task_id=train").items
+            return [p.metadata.name for p in pods if p.status.phase == "Pending"]
+
+        names = wait_for(pending, 120, "the task's pod to be Pending", interval=0.1)
+        api.delete_namespaced_pod(names[0], "default", grace_period_seconds=0)  # ...and is gone
+        deleted.append(names[0])
+        for node in spot_nodes:
+            kubernetes_emulator.cordon(node, unschedulable=False)
+
+    deleter = threading.Thread(target=delete_the_pending_pod, daemon=True)
+    deleter.start()
+    try:
+        completed, report = run_scenario(airflow, kubernetes_emulator, tmp_path, "vanish", deferrable)
+    finally:
+        for node in spot_nodes:
+            kubernetes_emulator.cordon(node, unschedulable=False)
+    assert completed.returncode == 0, completed.stdout[-4000:]
+    assert "ran attempt 2" in completed.stdout
+    assert [(i["pod"], i["reason"]) for i in report["interruptions"]] == [(deleted[0], "PodDeleted")]
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
 def test_fallback_to_on_demand_then_next_candidate(
-    airflow: Airflow, kubernetes_emulator: KubernetesEmulator, tmp_path: Path
+    airflow: Airflow, kubernetes_emulator: KubernetesEmulator, tmp_path: Path, deferrable: bool
 ) -> None:
     preempter = Preempter(kubernetes_emulator, times=1)
     preempter.start()
-    completed, report = run_scenario(airflow, kubernetes_emulator, tmp_path, "fallback")
+    completed, report = run_scenario(airflow, kubernetes_emulator, tmp_path, "fallback", deferrable)
     preempter.stop.set()
     assert completed.returncode == 0, completed.stdout[-4000:]
     assert "result 465" in completed.stdout
@@ -105,10 +144,11 @@ def test_unschedulable_moves_to_the_next_candidate(
     assert all(p.spec.node_name for p in api.list_namespaced_pod("default").items)  # no pending pod left behind
 
 
+@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
 def test_application_failure_fails_without_retries(
-    airflow: Airflow, kubernetes_emulator: KubernetesEmulator, tmp_path: Path
+    airflow: Airflow, kubernetes_emulator: KubernetesEmulator, tmp_path: Path, deferrable: bool
 ) -> None:
-    completed, report = run_scenario(airflow, kubernetes_emulator, tmp_path, "app-failure")
+    completed, report = run_scenario(airflow, kubernetes_emulator, tmp_path, "app-failure", deferrable)
     # The task has retries=2, but a bug is not a preemption: failed at once, never up_for_retry.
     assert "new_state=failed" in completed.stdout
     assert "up_for_retry" not in completed.stdout

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
+from airflow.sdk.exceptions import TaskDeferred
 from kubernetes.client import ApiClient
 from kubernetes.client import models as k8s
 
 from airflow_gpu import AcceleratorSpecError
 from airflow_gpu.images.selection import ImageError
-from airflow_gpu.operators.kubernetes import GPUKubernetesOperator
+from airflow_gpu.operators.kubernetes import STATE_ANNOTATION, GPUKubernetesOperator
 from airflow_gpu.spot.policy import SpotPolicy
 
 
@@ -113,3 +117,46 @@ def test_candidates_keep_one_image_each() -> None:
     operator = GPUKubernetesOperator(task_id="t", accelerator=["B200:8", "MI300X:8"])
     assert operator.images[0].startswith("pytorch/pytorch:") and operator.images[1].startswith("rocm/pytorch:")
     assert str(operator.accelerator) == "B200:8"
+
+
+def test_each_pod_carries_the_resubmission_state() -> None:
+    """The state a retry or a resumed deferral reads back: placement, counts and interruptions."""
+    operator = GPUKubernetesOperator(task_id="t", name="train", accelerator=["H100:8", "L4:4"], capacity="spot")
+    interruption = {"pod": "train-abc", "reason": "TerminationByKubelet"}
+    operator._restore(
+        {"candidate": 1, "capacity": "on-demand", "submissions": 3, "interruptions_on_capacity": 0,
+         "interruptions": [interruption]}
+    )  # fmt: skip
+    pod = operator.build_pod_request_obj(dry_run=True)
+    state = json.loads(pod.metadata.annotations[STATE_ANNOTATION])
+    assert state == {
+        "candidate": 1,
+        "capacity": "on-demand",
+        "submissions": 3,
+        "interruptions_on_capacity": 0,
+        "interruptions": [interruption],
+    }
+    env = {e.name: e.value for e in pod.spec.containers[0].env}
+    assert env["AIRFLOW_GPU_ACCELERATOR"] == "L4:4" and env["AIRFLOW_GPU_ATTEMPT"] == "4"
+    assert env["AIRFLOW_GPU_INTERRUPTIONS"] == "1" and env["AIRFLOW_GPU_CAPACITY"] == "on-demand"
+
+    fresh = GPUKubernetesOperator(task_id="t", name="train", accelerator=["H100:8", "L4:4"], capacity="spot")
+    fresh._restore_from_pod(pod)  # what a retry does after reattaching to this pod
+    assert fresh._state() == state and str(fresh.accelerator) == "L4:4"
+
+
+def test_saved_state_for_a_candidate_the_dag_no_longer_has_is_ignored() -> None:
+    operator = GPUKubernetesOperator(task_id="t", accelerator="L4")
+    operator._restore({"candidate": 2, "capacity": "spot", "submissions": 1})
+    assert operator._state()["candidate"] == 0 and operator._state()["submissions"] == 0
+
+
+def test_deferral_carries_the_state() -> None:
+    operator = GPUKubernetesOperator(task_id="t", accelerator="L4", deferrable=True)
+    operator._restore({"candidate": 0, "capacity": None, "submissions": 2, "interruptions": [{"pod": "p"}]})
+    with pytest.raises(TaskDeferred) as deferred:
+        operator.defer(trigger=TimeDeltaTrigger(timedelta(seconds=1)), method_name="trigger_reentry")
+    assert deferred.value.kwargs == {"gpu_state": operator._state()}
+    with pytest.raises(TaskDeferred) as other:  # another method's kwargs are left alone
+        operator.defer(trigger=TimeDeltaTrigger(timedelta(seconds=1)), method_name="execute_complete")
+    assert other.value.kwargs is None

@@ -12,11 +12,18 @@ What it adds to KPO, and where each piece lives:
 * the workload learns its accelerator, attempt and interruptions from the environment, and gets a
   spot notice file (written by a ``preStop`` hook) and SIGTERM with the policy's grace period.
 
-Everything else is KPO's: pod launching, log streaming, ``on_kill``, reattaching.
+Both modes keep all of it: ``deferrable=True`` resubmits from ``trigger_reentry`` and carries its
+state through each deferral. The state also rides on every pod (annotation ``airflow-gpu/state``),
+so a retry that reattaches after a worker crash knows the interruptions so far. Reattaching only
+takes a pod that carries this task try's identity (dag, task, run, map index, an earlier or equal
+try, the uid it recorded): a pod name is a slot, not an identity (apache/airflow#71743).
+
+Everything else is KPO's: pod launching, log streaming, ``on_kill``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -24,7 +31,9 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 try:
-    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+    from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import add_unique_suffix
+    from airflow.providers.cncf.kubernetes.operators.pod import POD_IDENTIFIER_STATE_KEY, KubernetesPodOperator
+    from airflow.providers.cncf.kubernetes.utils.pod_manager import PodNotFoundException
     from kubernetes.client import models as k8s
     from kubernetes.client.exceptions import ApiException
 except ImportError as error:  # pragma: no cover - depends on the installed extras
@@ -44,9 +53,13 @@ from airflow_gpu.images.selection import resolve_image
 from airflow_gpu.spot.classifier import Classification, Outcome, classify_pod
 from airflow_gpu.spot.policy import Capacity, Placement, SpotPolicy, next_step
 from airflow_gpu.utils.kubernetes import pod_operator_arguments
+from airflow_gpu.utils.pod_identity import identity_mismatch
 
 if TYPE_CHECKING:
+    from datetime import timedelta
+
     from airflow.sdk import Context
+    from airflow.triggers.base import BaseTrigger
 
 #: Arguments the spec fills in unless the user passed them to the operator.
 PLACEMENT_ARGUMENTS = ("container_resources", "affinity", "tolerations", "volumes", "volume_mounts")
@@ -57,6 +70,8 @@ INTERRUPTIONS_XCOM_KEY = "gpu_interruptions"
 #: results without KPO's xcom sidecar (which needs ``pods/exec`` and an extra image).
 RESULT_MARKER = "::airflow-gpu-result::"
 ACCELERATOR_XCOM_KEY = "gpu_accelerator"
+#: Pod annotation holding the resubmission state, read back when a retry reattaches to the pod.
+STATE_ANNOTATION = "airflow-gpu/state"
 
 
 def _candidates(accelerator: str | Accelerator | Sequence[str | Accelerator]) -> tuple[Accelerator, ...]:
@@ -183,6 +198,94 @@ class GPUKubernetesOperator(KubernetesPodOperator):
             "airflow-gpu/accelerator": self.accelerator.type.lower(),
             "airflow-gpu/capacity": self._placement.capacity or "any",
         }
+        pod.metadata.annotations = {**(pod.metadata.annotations or {}), STATE_ANNOTATION: json.dumps(self._state())}
+        return pod
+
+    # --- state that outlives this process: deferrals and worker crashes -------------------
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "candidate": self._placement.candidate,
+            "capacity": self._placement.capacity,
+            "submissions": self._submissions,
+            "interruptions_on_capacity": self._interruptions_on_capacity,
+            "interruptions": self.interruptions,
+        }
+
+    def _restore(self, state: Mapping[str, Any]) -> None:
+        candidate = int(state.get("candidate", 0))
+        if not 0 <= candidate < len(self.candidates):  # the DAG changed under a running pod
+            self.log.warning("Ignoring saved GPU state for candidate %d of %d", candidate, len(self.candidates))
+            return
+        self._apply_placement(Placement(candidate, state.get("capacity")))
+        self._submissions = int(state.get("submissions", 0))
+        self._interruptions_on_capacity = int(state.get("interruptions_on_capacity", 0))
+        self.interruptions = list(state.get("interruptions", []))
+
+    def _restore_from_pod(self, pod: k8s.V1Pod) -> None:
+        saved = (pod.metadata.annotations or {}).get(STATE_ANNOTATION)
+        if saved:
+            try:
+                self._restore(json.loads(saved))
+            except (ValueError, TypeError) as error:
+                self.log.warning(
+                    "Pod %s has an unreadable %s annotation: %s", pod.metadata.name, STATE_ANNOTATION, error
+                )
+
+    # --- reattaching: only to this task's own pod -----------------------------------------
+
+    def _get_pod_from_task_state_store(self, context: Context) -> k8s.V1Pod | None:
+        """KPO's durable reconnect, fenced: the pod must carry this task try's identity."""
+        pod: k8s.V1Pod | None = super()._get_pod_from_task_state_store(context)
+        if pod is None:
+            return None
+        store = context.get("task_state_store")
+        stored = store.get(POD_IDENTIFIER_STATE_KEY) if store is not None else None
+        mismatch = identity_mismatch(
+            pod.metadata.labels or {},
+            pod.metadata.uid,
+            expected=self._get_ti_pod_labels(context, include_try_number=False),
+            try_number=context["ti"].try_number,
+            recorded_uid=str(stored["uid"]) if isinstance(stored, dict) and stored.get("uid") else None,
+        )
+        if mismatch:
+            self.log.warning(
+                "Not reattaching to pod %s/%s recorded for this task: %s",
+                pod.metadata.namespace,
+                pod.metadata.name,
+                mismatch,
+            )
+            return None
+        return pod
+
+    def _persist_pod_identity_to_task_state_store(self, context: Context, pod: k8s.V1Pod) -> None:
+        """KPO records name and namespace; the uid goes with them so a reused name is not taken for ours."""
+        store = context.get("task_state_store")
+        if store is None:
+            return
+        store.set(
+            POD_IDENTIFIER_STATE_KEY,
+            {"name": pod.metadata.name, "namespace": pod.metadata.namespace, "uid": pod.metadata.uid},
+        )
+
+    def get_or_create_pod(self, pod_request_obj: k8s.V1Pod, context: Context) -> k8s.V1Pod:
+        """KPO's get-or-create; a reattached pod brings its saved state, a taken name gets a suffix."""
+        try:
+            pod: k8s.V1Pod = super().get_or_create_pod(pod_request_obj, context)
+        except ApiException as error:
+            if error.status != 409:
+                raise
+            taken = pod_request_obj.metadata.name
+            pod_request_obj.metadata.name = add_unique_suffix(name=taken)
+            self.log.warning(
+                "Pod name %s is taken by a pod that is not this task's; creating %s instead",
+                taken,
+                pod_request_obj.metadata.name,
+            )
+            pod = super().get_or_create_pod(pod_request_obj, context)
+        if pod is not pod_request_obj:
+            self.log.info("Reattached to pod %s of this task", pod.metadata.name)
+            self._restore_from_pod(pod)
         return pod
 
     def cleanup(
@@ -256,13 +359,54 @@ class GPUKubernetesOperator(KubernetesPodOperator):
                     raise
                 self._after_failure(context, self._last_result, error)
                 continue
-            self._publish(context)
-            if self.do_xcom_push:
-                return result
-            if self._logged_result is not None:
-                # Airflow pushes return values only with do_xcom_push, which would add KPO's sidecar.
-                context["ti"].xcom_push(key="return_value", value=self._logged_result)
-            return self._logged_result
+            return self._succeed(context, result)
+
+    def defer(
+        self,
+        *,
+        trigger: BaseTrigger,
+        method_name: str,
+        kwargs: dict[str, Any] | None = None,
+        timeout: timedelta | int | float | None = None,
+    ) -> Any:
+        """KPO's deferral, carrying the resubmission state to the task process that resumes."""
+        if method_name == "trigger_reentry":
+            kwargs = {**(kwargs or {}), "gpu_state": self._state()}
+        super().defer(trigger=trigger, method_name=method_name, kwargs=kwargs, timeout=timeout)
+
+    def trigger_reentry(self, context: Context, event: dict[str, Any], gpu_state: dict[str, Any] | None = None) -> Any:
+        """KPO's re-entry from the trigger, with the same classify-and-resubmit as ``execute_sync``."""
+        if gpu_state is not None:
+            self._restore(gpu_state)
+        else:  # ``dag.test()`` resumes with the event only; the pod carries the same state
+            with contextlib.suppress(ApiException):
+                self._restore_from_pod(self.client.read_namespaced_pod(event["name"], event["namespace"]))
+        self._last_result = None
+        try:
+            result = super().trigger_reentry(context, event)
+        except PodNotFoundException as error:  # gone before we could look: preempted with its node
+            if self._killed:
+                raise
+            self.pod = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name=event["name"], namespace=event["namespace"]))
+            self._after_failure(context, classify_pod(None), error)
+            self.execute_async(context)  # a new pod, and defer again
+            return None
+        except Exception as error:
+            if self._last_result is None or self._killed:
+                raise
+            self._after_failure(context, self._last_result, error)
+            self.execute_async(context)
+            return None
+        return self._succeed(context, result)
+
+    def _succeed(self, context: Context, result: Any) -> Any:
+        self._publish(context)
+        if self.do_xcom_push:
+            return result
+        if self._logged_result is not None:
+            # Airflow pushes return values only with do_xcom_push, which would add KPO's sidecar.
+            context["ti"].xcom_push(key="return_value", value=self._logged_result)
+        return self._logged_result
 
     def _after_failure(self, context: Context, result: Classification, error: Exception) -> None:
         decision = next_step(
@@ -280,7 +424,7 @@ class GPUKubernetesOperator(KubernetesPodOperator):
             "next": decision.message,
         }
         if result.interrupted:
-            self.interruptions.append(record)
+            self.interruptions = [*self.interruptions, record]  # never mutate a list a copy may share
             self.log.warning("GPU interruption %d: %s", len(self.interruptions), decision.message)
         else:
             self.log.warning("Pod ended %s: %s", result.outcome.value, decision.message)

@@ -1,7 +1,8 @@
 """GPUKubernetesOperator scenarios run by tests/e2e/test_gpu_kubernetes_operator.py against the emulator.
 
-The test picks the scenario with GPU_SCENARIO and points the operator at the emulator with
-KUBECONFIG; RESULT_FILE receives what the downstream task read from XCom.
+The test picks the scenario with GPU_SCENARIO (and GPU_DEFERRABLE=1 for the deferrable mode) and
+points the operator at the emulator with KUBECONFIG; RESULT_FILE receives what the downstream task
+read from XCom.
 """
 
 from __future__ import annotations
@@ -40,7 +41,10 @@ while state["step"] < 30:
 print("result", state["total"], flush=True)
 """
 
-COMMON = {"config_file": KUBECONFIG, "in_cluster": False, "namespace": "default", "get_logs": True, "poll_interval": 1}
+COMMON = {
+    "config_file": KUBECONFIG, "in_cluster": False, "namespace": "default", "get_logs": True, "poll_interval": 1,
+    "deferrable": os.environ.get("GPU_DEFERRABLE") == "1",
+}  # fmt: skip
 
 with DAG("gpu_kubernetes", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False):
     if SCENARIO == "single":
@@ -52,6 +56,11 @@ with DAG("gpu_kubernetes", schedule=None, start_date=pendulum.datetime(2026, 1, 
         train = GPUKubernetesOperator(
             task_id="train", name="train", accelerator="H100:8", capacity="spot",
             spot=SpotPolicy(max_interruptions=3, grace_period_seconds=5), cmds=[sys.executable, "-c", TRAIN], **COMMON,
+        )  # fmt: skip
+    elif SCENARIO == "vanish":  # the test deletes the first pod while it is still Pending
+        train = GPUKubernetesOperator(
+            task_id="train", name="train", accelerator="H100:8", capacity="spot",
+            cmds=["sh", "-c", "echo ran attempt $AIRFLOW_GPU_ATTEMPT"], **COMMON,
         )  # fmt: skip
     elif SCENARIO == "fallback":
         train = GPUKubernetesOperator(

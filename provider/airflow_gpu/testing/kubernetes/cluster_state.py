@@ -271,12 +271,14 @@ class ClusterState:
             self.store.update("pods", pod)
         run = self.runs.get((namespace, name))
         if run is not None:
+            was_running = bool(run.running_processes())
             await run.stop(float(grace))
             if run.task is not None:
                 await asyncio.shield(run.task)
-            self.runs.pop((namespace, name), None)
-            shutil.rmtree(run.workdir, ignore_errors=True)
-            if pod["spec"].get("nodeName"):
+            if delete:  # a pod left Failed keeps its logs readable, as on a real node
+                self.runs.pop((namespace, name), None)
+                shutil.rmtree(run.workdir, ignore_errors=True)
+            if pod["spec"].get("nodeName") and was_running:
                 self.record_event(pod, "Normal", "Killing", f"Stopping container {', '.join(run.names)}", "kubelet")
         pod = self.store.find("pods", namespace, name) or pod
         if final is not None:
