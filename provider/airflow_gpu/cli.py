@@ -239,6 +239,11 @@ def _images(args: argparse.Namespace) -> str:
 
 
 def _emulate(args: argparse.Namespace) -> str:
+    if args.backend == "batch":
+        from airflow_gpu.testing.batch.emulator import BatchEmulator
+
+        BatchEmulator(port=args.port, region=args.region).serve_forever(announce=lambda line: print(line, flush=True))
+        return "stopped"
     from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 
     emulator = KubernetesEmulator(args.cluster, port=args.port)
@@ -309,6 +314,9 @@ def build_parser() -> argparse.ArgumentParser:
     kubernetes.add_argument("--cluster", default="demo", help="'demo' or a cluster YAML file")
     kubernetes.add_argument("--kubeconfig", default=".emulator/kubeconfig", help="where to write the kubeconfig")
     kubernetes.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    batch = emulated.add_parser("batch", help="AWS Batch with GPU queues (gpu-spot, gpu-on-demand) and spot faults")
+    batch.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    batch.add_argument("--region", default="us-east-1")
     return parser
 
 

@@ -100,3 +100,14 @@ def test_errors(text: str, kwargs: dict[str, Any], field: str, fragment: str) ->
         batch.to_batch(text, **kwargs)
     assert caught.value.field == field
     assert fragment in str(caught.value)
+
+
+def test_instance_offers_expand_families_and_exact_types() -> None:
+    from airflow_gpu.accelerators.batch import describe_offers, instance_offers
+
+    offers = instance_offers(["g5", "p5.48xlarge", "optimal", "c7i"])
+    assert {o.accelerator for o in offers} == {"A10G", "H100"}
+    assert {o.instance_type.name for o in offers if o.accelerator == "H100"} == {"p5.48xlarge"}
+    assert len([o for o in offers if o.accelerator == "A10G"]) == 8  # the whole g5 ladder
+    assert describe_offers(offers) == "g5 (A10G), p5 (H100)"
+    assert describe_offers(instance_offers(["optimal"])) == "no accelerators"

@@ -147,3 +147,35 @@ def to_batch(
         linux_parameters=linux_parameters(spec, shared_memory, memory),
         instance_types=instance_types(spec),
     )
+
+
+@dataclass(frozen=True)
+class InstanceOffer:
+    """An instance type a compute environment may launch, and the accelerator it carries."""
+
+    accelerator: str  # catalog name, e.g. "A10G"
+    instance_type: InstanceType
+
+
+def instance_offers(instance_types: list[str] | tuple[str, ...]) -> tuple[InstanceOffer, ...]:
+    """The accelerator instance types behind a compute environment's ``instanceTypes``.
+
+    Batch takes families (``"p5"``) or exact types (``"g5.12xlarge"``); ``"optimal"`` and CPU
+    families carry no accelerator and give nothing. Used for "queue gpu-spot offers g5 (A10G)
+    only" errors and by the Batch emulator to decide where a GPU job can start.
+    """
+    wanted = {name.lower() for name in instance_types}
+    return tuple(
+        InstanceOffer(entry.name, host)
+        for entry in catalog.CATALOG
+        for host in entry.instance_types
+        if host.name in wanted or host.name.split(".", 1)[0] in wanted
+    )
+
+
+def describe_offers(offers: tuple[InstanceOffer, ...]) -> str:
+    """``"g5 (A10G), p5 (H100)"``: families and their accelerators, for messages."""
+    families: dict[str, str] = {}
+    for offer in offers:
+        families.setdefault(offer.instance_type.name.split(".", 1)[0], offer.accelerator)
+    return ", ".join(f"{family} ({accelerator})" for family, accelerator in families.items()) or "no accelerators"

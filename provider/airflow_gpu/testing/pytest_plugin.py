@@ -11,6 +11,12 @@ Fixtures:
     it started is stopped when the test ends, passed or failed.
 ``kubernetes_default_connection``
     The emulator, with Airflow's ``kubernetes_default`` connection pointed at it for the test.
+``batch_emulator``
+    A running ``BatchEmulator``: queues ``gpu-spot`` and ``gpu-on-demand`` over spot and on-demand
+    compute environments with g5, g6, p4d and p5 instance types; jobs run as local processes and
+    are killed when the test ends. SIGTERM-to-SIGKILL is 5 s here (30 s on AWS).
+``aws_default_connection``
+    The Batch emulator, with Airflow's ``aws_default`` connection pointed at it for the test.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
+    from airflow_gpu.testing.batch.emulator import BatchEmulator
     from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 
 
@@ -48,3 +55,17 @@ def kubernetes_default_connection(
     }
     monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(connection))
     return kubernetes_emulator
+
+
+@pytest.fixture
+def batch_emulator() -> Iterator[BatchEmulator]:
+    from airflow_gpu.testing.batch.emulator import BatchEmulator
+
+    with BatchEmulator(stop_timeout=5) as emulator:
+        yield emulator
+
+
+@pytest.fixture
+def aws_default_connection(batch_emulator: BatchEmulator, monkeypatch: pytest.MonkeyPatch) -> BatchEmulator:
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", batch_emulator.airflow_connection_uri())
+    return batch_emulator

@@ -1,0 +1,98 @@
+"""The Batch account the emulator serves: compute environments, queues, and what a GPU setup needs.
+
+A real GPU Batch setup is a spot and an on-demand managed compute environment over GPU instance
+families, one queue for each, the IAM roles and network they require, and the log group jobs
+write to. ``create`` makes exactly that through the public API (boto3 against the endpoint), so
+the emulator starts from the same calls a Terraform module would make.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from airflow_gpu.accelerators.batch import InstanceOffer, instance_offers
+
+LOG_GROUP = "/aws/batch/job"
+GPU_FAMILIES = ("g5", "g6", "p4d", "p5")
+
+
+@dataclass(frozen=True)
+class ComputeEnvironmentSpec:
+    name: str
+    capacity: Literal["SPOT", "EC2"]
+    instance_types: tuple[str, ...] = GPU_FAMILIES
+    max_vcpus: int = 4096
+
+    @property
+    def offers(self) -> tuple[InstanceOffer, ...]:
+        return instance_offers(self.instance_types)
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    name: str
+    compute_environments: tuple[str, ...]
+    priority: int = 1
+
+
+@dataclass(frozen=True)
+class BatchSetup:
+    compute_environments: tuple[ComputeEnvironmentSpec, ...]
+    queues: tuple[QueueSpec, ...]
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+#: ``airflow-gpu emulate batch`` and the demo: queues ``gpu-spot`` and ``gpu-on-demand``.
+DEMO = BatchSetup(
+    compute_environments=(
+        ComputeEnvironmentSpec("gpu-spot-ce", "SPOT"),
+        ComputeEnvironmentSpec("gpu-on-demand-ce", "EC2"),
+    ),
+    queues=(QueueSpec("gpu-spot", ("gpu-spot-ce",)), QueueSpec("gpu-on-demand", ("gpu-on-demand-ce",))),
+)
+
+
+def create(setup: BatchSetup, clients: Any) -> None:
+    """Create ``setup`` through the API; ``clients(name)`` returns a boto3 client for a service."""
+    ec2, iam, batch, logs = clients("ec2"), clients("iam"), clients("batch"), clients("logs")
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/24")["Subnet"]["SubnetId"]
+    group = ec2.create_security_group(GroupName="batch-gpu", Description="Batch GPU jobs", VpcId=vpc)["GroupId"]
+    trust = '{"Version": "2012-10-17", "Statement": []}'
+    service_role = iam.create_role(RoleName="AWSBatchServiceRole", AssumeRolePolicyDocument=trust)["Role"]["Arn"]
+    iam.create_role(RoleName="ecsInstanceRole", AssumeRolePolicyDocument=trust)
+    profile = iam.create_instance_profile(InstanceProfileName="ecsInstanceRole")["InstanceProfile"]["Arn"]
+    iam.add_role_to_instance_profile(InstanceProfileName="ecsInstanceRole", RoleName="ecsInstanceRole")
+    fleet_role = iam.create_role(RoleName="AmazonEC2SpotFleetRole", AssumeRolePolicyDocument=trust)["Role"]["Arn"]
+    arns = {}
+    for ce in setup.compute_environments:
+        resources: dict[str, Any] = {
+            "type": ce.capacity,
+            "allocationStrategy": "SPOT_PRICE_CAPACITY_OPTIMIZED" if ce.capacity == "SPOT" else "BEST_FIT_PROGRESSIVE",
+            "minvCpus": 0,
+            "maxvCpus": ce.max_vcpus,
+            "instanceTypes": list(ce.instance_types),
+            "subnets": [subnet],
+            "securityGroupIds": [group],
+            "instanceRole": profile,
+        }
+        if ce.capacity == "SPOT":
+            resources["spotIamFleetRole"] = fleet_role
+        arns[ce.name] = batch.create_compute_environment(
+            computeEnvironmentName=ce.name,
+            type="MANAGED",
+            state="ENABLED",
+            serviceRole=service_role,
+            computeResources=resources,
+        )["computeEnvironmentArn"]
+    for queue in setup.queues:
+        batch.create_job_queue(
+            jobQueueName=queue.name,
+            state="ENABLED",
+            priority=queue.priority,
+            computeEnvironmentOrder=[
+                {"order": i + 1, "computeEnvironment": arns[name]} for i, name in enumerate(queue.compute_environments)
+            ],
+        )
+    logs.create_log_group(logGroupName=LOG_GROUP)

@@ -1,0 +1,224 @@
+"""``BatchEmulator``: moto's AWS server with a GPU Batch account whose jobs really run.
+
+moto serves the Batch, CloudWatch Logs, EC2 and IAM APIs on a local port (``ThreadedMotoServer``)
+from this process, so the driver reaches its backend objects directly. SubmitJob is replaced for
+the no-Docker backend: it only records an ``EmulatedJob``; the driver runs it. Airflow's
+``aws_default`` points here through the connection's ``endpoint_url`` extra, as at a real account.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+try:
+    import moto  # noqa: F401
+except ImportError as error:  # pragma: no cover - depends on the installed extras
+    raise ImportError(
+        "The AWS Batch emulator needs moto's server: pip install 'airflow-provider-gpu[batch-emulator]'"
+    ) from error
+
+from airflow_gpu.testing.batch.compute import DEMO, BatchSetup, create
+
+ACCOUNT = "123456789012"
+
+
+def _emulated_submit_job(
+    self: Any,
+    job_name: str,
+    job_def_id: str,
+    job_queue: str,
+    array_properties: dict[str, Any],
+    depends_on: list[dict[str, str]] | None = None,
+    container_overrides: dict[str, Any] | None = None,
+    eks_properties_override: dict[str, Any] | None = None,
+    timeout: dict[str, int] | None = None,
+    parameters: dict[str, str] | None = None,
+    tags: dict[str, str] | None = None,
+) -> tuple[str, str, str]:
+    """SubmitJob for the no-Docker backend: record the job (and array children) and return at once."""
+    from moto.batch.exceptions import ClientException
+
+    from airflow_gpu.testing.batch.jobs import EmulatedJob
+
+    job_def = self.get_job_definition(job_def_id)
+    if job_def is None:
+        raise ClientException(f"Job definition {job_def_id} does not exist")
+    queue = self.get_job_queue(job_queue)
+    if queue is None:
+        raise ClientException(f"Job queue {job_queue} does not exist")
+    common = {
+        "log_backend": self.logs_backend,
+        "container_overrides": container_overrides,
+        "eks_properties_override": eks_properties_override,
+        "depends_on": depends_on,
+        "all_jobs": self.backend._jobs,
+        "timeout": timeout,
+        "parameters": parameters,
+    }
+    job = EmulatedJob(job_name, job_def, queue, self, array_properties=array_properties, tags=tags, **common)
+    size = int(array_properties.get("size") or 0)
+    if size:
+        job._child_jobs = [
+            EmulatedJob(
+                job_name,
+                job_def,
+                queue,
+                self,
+                array_properties={"statusSummary": {}, "index": i},
+                provided_job_id=f"{job.job_id}:{i}",
+                array_index=i,
+                **common,
+            )
+            for i in range(size)
+        ]
+        for child in job._child_jobs:
+            self.backend._jobs[child.job_id] = child
+    self.backend._jobs[job.job_id] = job
+    return job_name, job.job_id, job.arn
+
+
+class BatchEmulator:
+    """A local AWS Batch with GPU compute environments, spot faults and jobs that run as processes."""
+
+    def __init__(
+        self,
+        setup: BatchSetup = DEMO,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        region: str = "us-east-1",
+        stop_timeout: float = 30.0,
+    ) -> None:
+        self.setup, self.host, self.port, self.region = setup, host, port, region
+        self.stop_timeout = stop_timeout
+        self.faults: list[dict[str, Any]] = []
+        self._server: Any = None
+        self.driver: Any = None
+        self._original_submit: Any = None
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> BatchEmulator:
+        from moto.batch.models import batch_backends
+        from moto.batch_simple.models import BatchSimpleBackend
+        from moto.logs.models import logs_backends
+        from moto.server import ThreadedMotoServer
+
+        from airflow_gpu.testing.batch.driver import BatchDriver
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        self._original_submit = BatchSimpleBackend.submit_job
+        BatchSimpleBackend.submit_job = _emulated_submit_job  # type: ignore[method-assign]
+        self._server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
+        self._server.start()
+        self.host, self.port = self._server.get_host_and_port()
+        # moto's backends live as long as the process: start from an empty account every time.
+        for path, body in (("/moto-api/reset", {}), ("/moto-api/config", {"batch": {"use_docker": False}})):
+            request = urllib.request.Request(
+                f"{self.endpoint_url}{path}", data=json.dumps(body).encode(), method="POST"
+            )
+            urllib.request.urlopen(request, timeout=30).close()
+        create(self.setup, self.client)
+        self.driver = BatchDriver(
+            batch_backends[ACCOUNT][self.region],
+            logs_backends[ACCOUNT][self.region],
+            {ce.name: ce.offers for ce in self.setup.compute_environments},
+            stop_timeout=self.stop_timeout,
+        )
+        self.driver.start()
+        return self
+
+    def stop(self) -> None:
+        if self.driver is not None:
+            self.driver.stop()
+            self.driver = None
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+        if self._original_submit is not None:
+            from moto.batch_simple.models import BatchSimpleBackend
+
+            BatchSimpleBackend.submit_job = self._original_submit  # type: ignore[method-assign]
+            self._original_submit = None
+
+    def __enter__(self) -> BatchEmulator:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def serve_forever(self, announce: Callable[[str], Any] = print) -> None:
+        """Serve until SIGINT or SIGTERM (``airflow-gpu emulate batch``), then stop every job process."""
+        done = threading.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: done.set())
+        with self:
+            announce(f"AWS Batch emulator on {self.endpoint_url} (region {self.region})")
+            announce("queues: " + ", ".join(q.name for q in self.setup.queues))
+            announce(f"export AIRFLOW_CONN_AWS_DEFAULT='{self.airflow_connection_uri()}'")
+            done.wait()
+
+    # --- how to reach it ------------------------------------------------------------------
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def client(self, service: str) -> Any:
+        import boto3
+
+        return boto3.client(
+            service,
+            endpoint_url=self.endpoint_url,
+            region_name=self.region,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+
+    def airflow_connection(self) -> dict[str, Any]:
+        """Airflow's ``aws_default`` as JSON (``AIRFLOW_CONN_AWS_DEFAULT``), pointed here."""
+        return {
+            "conn_type": "aws",
+            "login": "testing",
+            "password": "testing",
+            "extra": {"endpoint_url": self.endpoint_url, "region_name": self.region},
+        }
+
+    def airflow_connection_uri(self) -> str:
+        return json.dumps(self.airflow_connection())
+
+    # --- faults ---------------------------------------------------------------------------
+
+    def _job(self, job_id: str) -> Any:
+        job = self.driver.backend._jobs.get(job_id)
+        if job is None:
+            raise KeyError(f"no job {job_id}")
+        return job
+
+    def reclaim(self, job_id: str, hard: bool = False) -> None:
+        """A spot reclaim of the job's host: SIGTERM then SIGKILL (exit 143), or at once (``hard``: no exit code)."""
+        job = self._job(job_id)
+        if job.status != "RUNNING":
+            raise ValueError(f"job {job_id} is {job.status}, not RUNNING")
+        job.reclaim = {"hard": hard}
+        self.faults.append({"fault": "reclaim", "job": job_id, "instance": job.instance_id, "hard": hard})
+
+    def stall(self, compute_environment: str, reason: str = "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY") -> None:
+        """No capacity: jobs that could only run here stay RUNNABLE with ``reason`` as statusReason."""
+        message = reason
+        if reason == "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY":
+            message += " - There is no Spot capacity available that matches your request."
+        self.driver.stalled[compute_environment] = message
+        self.faults.append({"fault": "stall", "compute_environment": compute_environment, "reason": message})
+
+    def release(self, compute_environment: str) -> None:
+        self.driver.stalled.pop(compute_environment, None)
+        self.faults.append({"fault": "release", "compute_environment": compute_environment})
+
+    def jobs(self) -> list[Any]:
+        return [j for j in self.driver.backend._jobs.values() if j.job_id.count(":") == 0]

@@ -1,0 +1,60 @@
+"""``GPUBatchHook`` against the Batch emulator through Airflow's ``aws_default`` connection."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_gpu.accelerators.spec import Accelerator
+from airflow_gpu.hooks.batch import SPEC_HASH_TAG, GPUBatchHook
+from airflow_gpu.testing.batch.emulator import BatchEmulator
+
+
+def definition(command: list[str]) -> dict[str, Any]:
+    return {
+        "type": "container",
+        "containerProperties": {
+            "image": "busybox",
+            "command": command,
+            "resourceRequirements": [{"type": "VCPU", "value": "1"}, {"type": "MEMORY", "value": "512"}],
+        },
+    }
+
+
+def test_a_job_definition_is_registered_once_per_content(aws_default_connection: BatchEmulator) -> None:
+    hook = GPUBatchHook(aws_conn_id="aws_default")
+    first = hook.register_job_definition_once("train", definition(["echo", "a"]))
+    assert hook.register_job_definition_once("train", definition(["echo", "a"])) == first  # parsed again
+    changed = hook.register_job_definition_once("train", definition(["echo", "b"]))
+    assert changed != first and changed.endswith(":2")
+    assert hook.register_job_definition_once("train", definition(["echo", "a"])) == first
+    revisions = hook.api.describe_job_definitions(jobDefinitionName="train")["jobDefinitions"]
+    assert len(revisions) == 2 and all(SPEC_HASH_TAG in r["tags"] for r in revisions)
+
+
+def test_describe_jobs_batched_takes_100_per_call(aws_default_connection: BatchEmulator) -> None:
+    hook = GPUBatchHook(aws_conn_id="aws_default")
+    hook.register_job_definition_once("noop", definition(["true"]))
+    ids = [
+        hook.api.submit_job(jobName=f"j{i}", jobQueue="gpu-on-demand", jobDefinition="noop")["jobId"]
+        for i in range(230)
+    ]
+    calls: list[int] = []
+    original = hook.api.describe_jobs
+
+    def counting(**kwargs: Any) -> Any:
+        calls.append(len(kwargs["jobs"]))
+        return original(**kwargs)
+
+    hook.api.describe_jobs = counting
+    found = hook.describe_jobs_batched([*ids, ids[0], "not-a-job"])
+    assert set(found) == set(ids) and calls == [100, 100, 31]
+
+
+def test_queue_offers(aws_default_connection: BatchEmulator) -> None:
+    hook = GPUBatchHook(aws_conn_id="aws_default")
+    spot = hook.queue_offers("gpu-spot")
+    assert spot.capacity == "spot" and hook.queue_offers("gpu-on-demand").capacity == "on-demand"
+    assert spot.describe() == "queue gpu-spot (spot) offers g5 (A10G), g6 (L4), p4d (A100), p5 (H100)"
+    assert spot.can_run(Accelerator.parse("H100:8")) and spot.can_run(Accelerator.parse("A10G:4"))
+    assert not spot.can_run(Accelerator.parse("B200:8")) and not spot.can_run(Accelerator.parse("L40S"))
+    assert not spot.can_run(Accelerator.parse("A100-80GB:8"))  # p4d carries the 40 GB A100

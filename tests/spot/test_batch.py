@@ -1,0 +1,89 @@
+"""Reading AWS Batch attempts with the shared outcomes, and the retry strategy the policy asks for.
+
+The job shapes are DescribeJobs answers as the Batch documentation shows them (DESIGN.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from airflow_gpu.spot.batch import classify_attempt, classify_job, interruptions, retry_strategy
+from airflow_gpu.spot.classifier import Outcome
+from airflow_gpu.spot.policy import SpotPolicy
+from airflow_gpu.testing.batch.retry import action_after_attempt
+
+RECLAIM = "Host EC2 (instance i-0b9c3f1e2a7d4c5e6) terminated."
+
+
+def attempt(status_reason: str, exit_code: int | None = None, reason: str | None = None) -> dict[str, Any]:
+    container: dict[str, Any] = {"logStreamName": "train/default/abc"}
+    if exit_code is not None:
+        container["exitCode"] = exit_code
+    if reason is not None:
+        container["reason"] = reason
+    return {"container": container, "statusReason": status_reason, "startedAt": 1, "stoppedAt": 2}
+
+
+@pytest.mark.parametrize(
+    ("shape", "outcome", "reason", "interrupted"),
+    [
+        (attempt(RECLAIM, 143), Outcome.PREEMPTED, "SpotReclaim", True),
+        (attempt(RECLAIM), Outcome.PREEMPTED, "SpotReclaim", True),  # the host vanished: no exit code
+        (attempt("Essential container in task exited", 0), Outcome.SUCCEEDED, "Succeeded", False),
+        (attempt("Essential container in task exited", 3), Outcome.APPLICATION, "Error", False),
+        (
+            attempt("Essential container in task exited", 137, "OutOfMemoryError: Container killed: memory"),
+            Outcome.APPLICATION, "OutOfMemoryError", False,
+        ),
+        (
+            attempt("Task failed to start", reason="CannotPullContainerError: pull access denied for nvcr.io/x"),
+            Outcome.INFRASTRUCTURE, "CannotPullContainerError", False,
+        ),
+        (
+            attempt("Task failed to start", reason="ResourceInitializationError: failed to create new container"),
+            Outcome.INFRASTRUCTURE, "ResourceInitializationError", True,
+        ),
+        (attempt("Job attempt duration exceeded timeout", 137), Outcome.APPLICATION, "Error", False),
+    ],
+)  # fmt: skip
+def test_attempts(shape: dict[str, Any], outcome: Outcome, reason: str, interrupted: bool) -> None:
+    got = classify_attempt(shape)
+    assert (got.outcome, got.reason, got.interrupted) == (outcome, reason, interrupted)
+
+
+def test_jobs() -> None:
+    stuck = {"status": "RUNNABLE", "statusReason": "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY - no Spot capacity"}
+    assert classify_job(stuck).outcome is Outcome.UNSCHEDULABLE
+    assert classify_job(stuck).reason == "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
+    assert classify_job({"status": "RUNNABLE"}).outcome is Outcome.RUNNING
+    assert classify_job({"status": "RUNNING", "attempts": []}).outcome is Outcome.RUNNING
+    reclaimed_twice = {"status": "FAILED", "statusReason": RECLAIM, "attempts": [attempt(RECLAIM, 143)] * 2}
+    assert classify_job(reclaimed_twice).outcome is Outcome.PREEMPTED
+    assert len(interruptions(reclaimed_twice)) == 2
+    recovered = {"status": "SUCCEEDED", "attempts": [attempt(RECLAIM, 143), attempt("Essential container", 0)]}
+    assert classify_job(recovered).outcome is Outcome.SUCCEEDED and len(interruptions(recovered)) == 1
+    cancelled = {"status": "FAILED", "statusReason": "Cancelled by Airflow", "attempts": []}
+    assert classify_job(cancelled).outcome is Outcome.INFRASTRUCTURE
+
+
+@given(st.integers(min_value=0, max_value=100))
+def test_the_strategy_retries_reclaims_within_the_budget_and_nothing_else(budget: int) -> None:
+    """Checked against Batch's own rules (the emulator's ``action_after_attempt``)."""
+    strategy = retry_strategy(SpotPolicy(max_interruptions=budget))
+    assert len(strategy["evaluateOnExit"]) <= 5
+    attempts = strategy["attempts"]
+    assert 1 <= attempts <= 10 and attempts == min(10, budget + 1)
+
+    def action(n: int, status_reason: str, exit_code: int | None) -> str:
+        return action_after_attempt(
+            strategy, attempts_so_far=n, status_reason=status_reason, reason=None, exit_code=exit_code
+        )
+
+    assert all(action(n, RECLAIM, 143) == "RETRY" for n in range(1, attempts))
+    assert action(attempts, RECLAIM, 143) == "EXIT"
+    assert action(1, "Essential container in task exited", 1) == "EXIT"
+    assert action(1, "Essential container in task exited", None) == "EXIT"
