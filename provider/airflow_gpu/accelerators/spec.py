@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
@@ -352,3 +353,13 @@ def _unwrap(error: ValidationError) -> ValueError:
     if first["type"] == "missing":
         return AcceleratorSpecError(where, None, "is required", ["type='H100'", "Accelerator.parse('H100:8')"])
     return AcceleratorSpecError(where, first.get("input"), first["msg"])
+
+
+def parse_candidates(accelerator: str | Accelerator | Sequence[str | Accelerator]) -> tuple[Accelerator, ...]:
+    """One spec or several in preference order (SkyPilot's ``any_of``/``ordered``), each parsed."""
+    items = [accelerator] if isinstance(accelerator, str | Accelerator) else list(accelerator)
+    if not items:
+        raise AcceleratorSpecError(
+            "spec", accelerator, "no accelerator given", ["'H100:8'", "['H100:8', 'A100-80GB:8']"]
+        )
+    return tuple(Accelerator.parse(item) for item in items)

@@ -47,7 +47,7 @@ from airflow_gpu.accelerators.errors import AcceleratorSpecError
 from airflow_gpu.accelerators.kubernetes import CAPACITIES, LabelScheme, MigStrategy, to_kubernetes
 from airflow_gpu.accelerators.quantities import CpuAmount, MemoryAmount
 from airflow_gpu.accelerators.shared_memory import SharedMemory
-from airflow_gpu.accelerators.spec import Accelerator
+from airflow_gpu.accelerators.spec import Accelerator, parse_candidates
 from airflow_gpu.hooks.kubernetes import cluster_gpu_capacity
 from airflow_gpu.images.selection import resolve_image
 from airflow_gpu.spot.classifier import Classification, Outcome, classify_pod
@@ -72,15 +72,6 @@ RESULT_MARKER = "::airflow-gpu-result::"
 ACCELERATOR_XCOM_KEY = "gpu_accelerator"
 #: Pod annotation holding the resubmission state, read back when a retry reattaches to the pod.
 STATE_ANNOTATION = "airflow-gpu/state"
-
-
-def _candidates(accelerator: str | Accelerator | Sequence[str | Accelerator]) -> tuple[Accelerator, ...]:
-    items = [accelerator] if isinstance(accelerator, str | Accelerator) else list(accelerator)
-    if not items:
-        raise AcceleratorSpecError(
-            "spec", accelerator, "no accelerator given", ["'H100:8'", "['H100:8', 'A100-80GB:8']"]
-        )
-    return tuple(Accelerator.parse(item) for item in items)
 
 
 class GPUKubernetesOperator(KubernetesPodOperator):
@@ -120,7 +111,7 @@ class GPUKubernetesOperator(KubernetesPodOperator):
         driver_version: str | None = None,
         **kwargs: Any,
     ) -> None:
-        self.candidates = _candidates(accelerator)
+        self.candidates = parse_candidates(accelerator)
         if capacity is not None and capacity not in CAPACITIES:
             raise AcceleratorSpecError("capacity", capacity, "unknown capacity type", CAPACITIES)
         self.spot = spot if isinstance(spot, SpotPolicy) else SpotPolicy(**(spot or {}))

@@ -1,0 +1,1 @@
+"""Triggers: waiting in the triggerer, shared between tasks where the API allows it."""

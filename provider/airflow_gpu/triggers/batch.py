@@ -1,0 +1,155 @@
+"""``GPUBatchJobTrigger``: wait for Batch jobs with one DescribeJobs call per 100 jobs, not per job.
+
+The official ``BatchJobTrigger`` runs a waiter per task: 300 deferred shards make 300
+DescribeJobs calls every interval, and Batch throttles DescribeJobs per account. Here every
+trigger of the same connection, region and interval in a triggerer process registers its job
+with one ``SharedJobPoller``, which asks for up to 100 ids per call and hands each trigger its
+job. The trigger fires when the job ends, or when it has waited RUNNABLE without capacity for
+longer than ``capacity_timeout`` (the operator then cancels it and moves on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_gpu.spot.batch import classify_job
+from airflow_gpu.spot.classifier import Outcome
+
+TERMINAL = ("SUCCEEDED", "FAILED")
+
+
+class SharedJobPoller:
+    """One polling loop per (connection, region, interval) in this process, batching DescribeJobs."""
+
+    _pollers: ClassVar[dict[tuple[str | None, str | None, float], SharedJobPoller]] = {}
+    #: DescribeJobs calls made by all pollers of this process (for the benchmark and the log).
+    calls: ClassVar[int] = 0
+
+    def __init__(self, aws_conn_id: str | None, region_name: str | None, interval: float) -> None:
+        self.key = (aws_conn_id, region_name, interval)
+        self.aws_conn_id, self.region_name, self.interval = aws_conn_id, region_name, interval
+        self.waiting: dict[str, list[asyncio.Future[dict[str, Any] | None]]] = {}
+        self.task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def get(cls, aws_conn_id: str | None, region_name: str | None, interval: float) -> SharedJobPoller:
+        key = (aws_conn_id, region_name, interval)
+        if key not in cls._pollers:
+            cls._pollers[key] = cls(aws_conn_id, region_name, interval)
+        return cls._pollers[key]
+
+    async def next_description(self, job_id: str) -> dict[str, Any] | None:
+        """The job as the next polling round sees it; None if Batch does not know it."""
+        future: asyncio.Future[dict[str, Any] | None] = asyncio.get_running_loop().create_future()
+        self.waiting.setdefault(job_id, []).append(future)
+        if self.task is None or self.task.done():
+            self.task = asyncio.create_task(self._loop())
+        try:
+            return await future
+        finally:
+            futures = self.waiting.get(job_id, [])
+            if future in futures:
+                futures.remove(future)
+                if not futures:
+                    del self.waiting[job_id]
+
+    async def _loop(self) -> None:
+        from airflow_gpu.hooks.batch import GPUBatchHook
+
+        hook = GPUBatchHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name)
+        while self.waiting:
+            await asyncio.sleep(self.interval)
+            batch = {job_id: futures for job_id, futures in self.waiting.items() if futures}
+            if not batch:
+                continue
+            ids = list(batch)
+            SharedJobPoller.calls += (len(ids) + 99) // 100
+            try:
+                found = await asyncio.to_thread(hook.describe_jobs_batched, ids)
+            except Exception as error:  # every waiter hears about it; each decides to retry or fail
+                for futures in batch.values():
+                    for future in futures:
+                        if not future.done():
+                            future.set_exception(error)
+                continue
+            for job_id, futures in batch.items():
+                for future in futures:
+                    if not future.done():
+                        future.set_result(found.get(job_id))
+        SharedJobPoller._pollers.pop(self.key, None)
+
+
+class GPUBatchJobTrigger(BaseTrigger):
+    """Fires ``{"status": "done" | "capacity_timeout" | "error", "job_id": ...}`` for one Batch job."""
+
+    def __init__(
+        self,
+        job_id: str,
+        aws_conn_id: str | None = "aws_default",
+        region_name: str | None = None,
+        poll_interval: float = 30,
+        capacity_timeout: float | None = None,
+        max_errors: int = 5,
+    ) -> None:
+        super().__init__()
+        self.job_id, self.aws_conn_id, self.region_name = job_id, aws_conn_id, region_name
+        self.poll_interval, self.capacity_timeout, self.max_errors = poll_interval, capacity_timeout, max_errors
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "job_id": self.job_id,
+                "aws_conn_id": self.aws_conn_id,
+                "region_name": self.region_name,
+                "poll_interval": self.poll_interval,
+                "capacity_timeout": self.capacity_timeout,
+                "max_errors": self.max_errors,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        poller = SharedJobPoller.get(self.aws_conn_id, self.region_name, float(self.poll_interval))
+        runnable_since: float | None = None
+        errors = 0
+        while True:
+            try:
+                job = await poller.next_description(self.job_id)
+            except Exception as error:
+                errors += 1
+                if errors >= self.max_errors:
+                    yield TriggerEvent({"status": "error", "job_id": self.job_id, "message": str(error)})
+                    return
+                continue
+            errors = 0
+            if job is None:
+                yield TriggerEvent({"status": "error", "job_id": self.job_id, "message": "Batch does not know the job"})
+                return
+            if job["status"] in TERMINAL:
+                yield TriggerEvent({"status": "done", "job_id": self.job_id, "job_status": job["status"]})
+                return
+            if classify_job(job).outcome is Outcome.UNSCHEDULABLE:
+                runnable_since = runnable_since or time.monotonic()
+                if self.capacity_timeout is not None and time.monotonic() - runnable_since > self.capacity_timeout:
+                    yield TriggerEvent(
+                        {"status": "capacity_timeout", "job_id": self.job_id, "reason": job.get("statusReason")}
+                    )
+                    return
+            else:
+                runnable_since = None
+
+    async def on_kill(self) -> None:
+        """ "Mark Failed" on a deferred task (Airflow 3.3+): terminate the job, or it runs on, billed."""
+        from airflow_gpu.hooks.batch import GPUBatchHook
+
+        hook = GPUBatchHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name)
+        try:
+            await asyncio.to_thread(hook.api.terminate_job, jobId=self.job_id, reason="Task killed by the user")
+            self.log.info("Terminated AWS Batch job %s", self.job_id)
+        except Exception:
+            self.log.exception("Could not terminate AWS Batch job %s", self.job_id)
