@@ -52,6 +52,7 @@ bench: install
 	$(BIN)/python bench/import_time.py
 	$(BIN)/python bench/emulator_throughput.py
 	$(BIN)/python bench/dag_parse_time.py
+	$(BIN)/python bench/batch_polling.py
 
 clean:
 	rm -rf $(VENV) docs/_build .pytest_cache .mypy_cache .ruff_cache .hypothesis .demo .emulator

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from airflow_gpu.testing.airflow_stack import AirflowStack
+from airflow_gpu.testing.batch.emulator import BatchEmulator
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 
 DAGS = Path(__file__).resolve().parent / "dags"
@@ -45,7 +46,16 @@ def airflow(airflow_env: dict[str, str]) -> Callable[..., subprocess.CompletedPr
 
 
 @pytest.fixture(scope="session")
-def airflow_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AirflowStack, KubernetesEmulator]]:
+def stack_batch_emulator() -> Iterator[BatchEmulator]:
+    """The AWS Batch emulator the shared stack's ``aws_default`` points at."""
+    with BatchEmulator(stop_timeout=5) as batch:
+        yield batch
+
+
+@pytest.fixture(scope="session")
+def airflow_stack(
+    tmp_path_factory: pytest.TempPathFactory, stack_batch_emulator: BatchEmulator
+) -> Iterator[tuple[AirflowStack, KubernetesEmulator]]:
     """One real Airflow (api-server, scheduler, dag-processor, triggerer) on free ports, whose
     ``kubernetes_default`` points at one emulator; shared by the REST end-to-end tests, torn down
     (every process group) at the end of the session, whatever happened."""
@@ -55,7 +65,8 @@ def airflow_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Ai
     root = tmp_path_factory.mktemp("stack")
     dags = root / "dags"  # the shipped example DAGs and the lifecycle test DAGs, side by side
     shutil.copytree(Path(__file__).resolve().parents[2] / "dags", dags, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(Path(__file__).resolve().parent / "stack_dags" / "gpu_lifecycle.py", dags)
+    for name in ("gpu_lifecycle.py", "gpu_batch_lifecycle.py"):
+        shutil.copy(Path(__file__).resolve().parent / "stack_dags" / name, dags)
     with KubernetesEmulator("demo") as emulator:
         emulator.write_kubeconfig(root / "kubeconfig")
         connection = {"conn_type": "kubernetes", "extra": {"kube_config_path": str(emulator.kubeconfig_path)}}
@@ -64,6 +75,7 @@ def airflow_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Ai
             dags,
             extra_env={
                 "AIRFLOW_CONN_KUBERNETES_DEFAULT": json.dumps(connection),
+                "AIRFLOW_CONN_AWS_DEFAULT": stack_batch_emulator.airflow_connection_uri(),
                 # A dead worker is noticed in ~30 s instead of 5 minutes (the worker-crash test).
                 "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "30",
                 "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "2",

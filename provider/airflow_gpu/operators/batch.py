@@ -300,6 +300,7 @@ class GPUBatchOperator(BatchOperator):
         reattached = self._job_to_reattach(context)
         if reattached is not None:
             self.log.info("Reattached to AWS Batch job %s (%s) of an earlier try", self.job_id, reattached["status"])
+            self._record(context)  # this try's XCom starts empty
         else:
             self._check_queue_offers()
             self.submit_job(context)
