@@ -93,7 +93,7 @@ def test_example_dags_parse_without_errors_or_deprecations() -> None:
         w for w in caught if "deprecat" in str(w.message).lower() or issubclass(w.category, DeprecationWarning)
     ]
     assert not deprecations, [f"{w.category.__name__}: {w.message} ({w.filename})" for w in deprecations]
-    assert set(bag.dags) == {"example_accelerator_spec", "gpu_fanout"}
+    assert set(bag.dags) == {"example_accelerator_spec", "gpu_fanout", "gpu_batch_train"}
     fanout = bag.dags["gpu_fanout"]
     assert fanout.get_task("score_shard").map_index_template == "shard {{ task.arguments[1] }}"
     assert fanout.get_task("score_shard").max_active_tis_per_dagrun == 3
@@ -101,5 +101,8 @@ def test_example_dags_parse_without_errors_or_deprecations() -> None:
     train = dag.get_task("train")
     assert train.container_resources.limits == {"nvidia.com/gpu": "4", "memory": "256Gi"}
     assert train.volumes[0].empty_dir.medium == "Memory"
+    batch = bag.dags["gpu_batch_train"].get_task("train")
+    assert [str(c) for c in batch.candidates] == ["A10G", "L4"] and batch.queues["spot"] == "gpu-spot"
+    assert {"type": "GPU", "value": "1"} in batch.placements[0].resource_requirements
     smoke = dag.get_task("serve_smoke_test")
     assert smoke.container_resources.limits == {"nvidia.com/mig-3g.40gb": "1", "memory": "32Gi"}

@@ -1,4 +1,4 @@
-"""The fan-out DAG on a real Airflow stack, driven through REST API v2 exactly as the UI does
+"""The example DAGs on a real Airflow stack, driven through REST API v2 exactly as the UI does
 (token, unpause, POST dagRuns with conf), with one spot preemption injected while it runs."""
 
 from __future__ import annotations
@@ -8,7 +8,16 @@ import threading
 import pytest
 
 from airflow_gpu.testing.airflow_stack import AirflowStack
-from airflow_gpu.testing.demo import DAG_ID, inject_preemption, report, watch_run
+from airflow_gpu.testing.batch.emulator import BatchEmulator
+from airflow_gpu.testing.demo import (
+    BATCH_DAG_ID,
+    DAG_ID,
+    inject_preemption,
+    inject_reclaim,
+    report,
+    report_batch,
+    watch_run,
+)
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 from tests.e2e.test_gpu_fanout import expected_total
 
@@ -50,3 +59,33 @@ def test_fanout_through_the_rest_api(airflow_stack: tuple[AirflowStack, Kubernet
     report(stack, run_id, printed.append)  # what `make demo` prints at the end
     assert sum("interrupted: TerminationByKubelet" in line for line in printed) == 1
     assert any(line.startswith("  shard 3  success  on H100/spot") for line in printed)
+
+
+def test_batch_training_through_the_rest_api(
+    airflow_stack: tuple[AirflowStack, KubernetesEmulator], stack_batch_emulator: BatchEmulator
+) -> None:
+    """The Batch example DAG as ``make demo`` runs it: its spot host reclaimed once, the checkpoint
+    carries the training across the attempt Batch retries, and ``evaluate`` reads the result."""
+    stack, _ = airflow_stack
+    stack.wait_for_dag(BATCH_DAG_ID)
+    run_id = stack.trigger(BATCH_DAG_ID, {"epochs": 12})
+    done, lines = threading.Event(), []
+    injector = threading.Thread(target=inject_reclaim, args=(stack_batch_emulator, done, lines.append), daemon=True)
+    injector.start()
+    state = watch_run(stack, run_id, lines.append, timeout=600, dag_id=BATCH_DAG_ID)
+    done.set()
+    assert state == "success", "\n".join(lines)
+    result = stack.xcom(BATCH_DAG_ID, run_id, "train")
+    assert result["epoch"] == 12 and result["loss"] < 1.0
+    assert stack.xcom(BATCH_DAG_ID, run_id, "evaluate") == result
+    [interruption] = stack.xcom(BATCH_DAG_ID, run_id, "train", "gpu_interruptions")
+    reclaimed = [f for f in stack_batch_emulator.faults if f["fault"] == "reclaim"]
+    assert interruption["reason"] == "SpotReclaim" and interruption["job"] == reclaimed[-1]["job"]
+    assert stack.xcom(BATCH_DAG_ID, run_id, "train", "gpu_accelerator") == {
+        "accelerator": "A10G",
+        "capacity": "spot",
+        "queue": "gpu-spot",
+    }
+    printed: list[str] = []
+    report_batch(stack, run_id, printed.append)  # what `make demo` prints at the end
+    assert any("interrupted: SpotReclaim" in line for line in printed)

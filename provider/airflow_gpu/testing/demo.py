@@ -1,10 +1,12 @@
-"""The demo: the fan-out example DAG through a real Airflow against the local Kubernetes emulator.
+"""The demo: the example DAGs through a real Airflow against the local Kubernetes and Batch emulators.
 
-``make demo`` runs this. It starts the emulator (two spot 8x H100 nodes, an on-demand 4x L4
-node, a CPU node), a real Airflow (api-server, scheduler, dag-processor, triggerer on SQLite)
-whose ``kubernetes_default`` connection points at it, triggers ``gpu_fanout`` through the REST API
-as the UI does, reclaims one shard's spot node while it runs, shows the task states as they
-change, and prints each shard's result and interruptions. It then keeps running for you to look
+``make demo`` runs this. It starts the Kubernetes emulator (two spot 8x H100 nodes, an on-demand
+4x L4 node, a CPU node) and the AWS Batch emulator (queues ``gpu-spot`` and ``gpu-on-demand``), a
+real Airflow (api-server, scheduler, dag-processor, triggerer on SQLite) whose
+``kubernetes_default`` and ``aws_default`` connections point at them, triggers ``gpu_fanout`` and
+``gpu_batch_train`` through the REST API as the UI does, reclaims one shard's spot node and the
+training job's spot host while they run, shows the task states as they change, and prints each
+task's result and interruptions. It then keeps running for you to look
 around in the UI until Ctrl-C; with ``DEMO_ONCE=1`` it exits after the run, non-zero if it failed.
 """
 
@@ -20,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from airflow_gpu.testing.airflow_stack import AirflowStack
+from airflow_gpu.testing.batch.emulator import BatchEmulator
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 
 DAG_ID = "gpu_fanout"
+BATCH_DAG_ID = "gpu_batch_train"
 PASSWORD = "airflow-gpu-demo"
 
 
@@ -44,22 +48,48 @@ def inject_preemption(emulator: KubernetesEmulator, done: threading.Event, log: 
         time.sleep(0.2)
 
 
-def watch_run(stack: AirflowStack, run_id: str, log: Any, timeout: float = 900) -> str:
+def inject_reclaim(emulator: BatchEmulator, done: threading.Event, log: Any) -> None:
+    """Reclaim the spot host of the training job once it has run for two seconds."""
+    seen: dict[str, float] = {}
+    while not done.is_set():
+        for job in emulator.jobs():
+            if job.status != "RUNNING" or job.job_queue.name != "gpu-spot":
+                continue
+            first = seen.setdefault(job.job_id, time.monotonic())
+            if time.monotonic() - first >= 2.0:
+                host = f"{job.instance_id} ({job.instance_type})"
+                log(f"  !! spot reclaim: EC2 takes back {host}, the host of job {job.job_name}")
+                emulator.reclaim(job.job_id)
+                return
+        time.sleep(0.2)
+
+
+def watch_run(stack: AirflowStack, run_id: str, log: Any, timeout: float = 900, dag_id: str = DAG_ID) -> str:
     start = time.monotonic()
     last: dict[tuple[str, int], str | None] = {}
     while time.monotonic() - start < timeout:
-        for ti in stack.task_instances(DAG_ID, run_id):
+        for ti in stack.task_instances(dag_id, run_id):
             key = (ti["task_id"], ti["map_index"])
             if last.get(key) != ti["state"]:
                 last[key] = ti["state"]
                 label = ti.get("rendered_map_index") or f"map index {ti['map_index']}"
                 name = ti["task_id"] if ti["map_index"] < 0 else f"{ti['task_id']} [{label}]"
-                log(f"  {time.monotonic() - start:6.1f}s  {name:<32} {ti['state'] or 'waiting'}")
-        state = stack.run_state(DAG_ID, run_id)
+                log(f"  {time.monotonic() - start:6.1f}s  {dag_id}: {name:<32} {ti['state'] or 'waiting'}")
+        state = stack.run_state(dag_id, run_id)
         if state in ("success", "failed"):
             return state
         time.sleep(1)
     return "timed out"
+
+
+def report_batch(stack: AirflowStack, run_id: str, log: Any) -> None:
+    used = stack.xcom(BATCH_DAG_ID, run_id, "train", "gpu_accelerator") or {}
+    log(f"\n{BATCH_DAG_ID} on {used.get('accelerator')}/{used.get('capacity')} (queue {used.get('queue')}):")
+    log(f"  train    result {json.dumps(stack.xcom(BATCH_DAG_ID, run_id, 'train'))}")
+    for item in stack.xcom(BATCH_DAG_ID, run_id, "train", "gpu_interruptions") or []:
+        where = f"job {item['job']}, attempt {item['attempt']}"
+        log(f"           interrupted: {item['reason']} ({where}): {item['message']}")
+    log(f"  evaluate {json.dumps(stack.xcom(BATCH_DAG_ID, run_id, 'evaluate'))}")
 
 
 def report(stack: AirflowStack, run_id: str, log: Any) -> None:
@@ -96,30 +126,45 @@ def main(argv: list[str] | None = None) -> int:
         dags = Path.cwd() / "dags"
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with KubernetesEmulator("demo") as emulator:
+    with KubernetesEmulator("demo") as emulator, BatchEmulator() as batch:
         emulator.write_kubeconfig(workdir / "kubeconfig")
         log(f"Kubernetes emulator at {emulator.url} (kubeconfig {emulator.kubeconfig_path})")
+        log(f"AWS Batch emulator at {batch.endpoint_url} (queues gpu-spot, gpu-on-demand)")
         connection = {"conn_type": "kubernetes", "extra": {"kube_config_path": str(emulator.kubeconfig_path)}}
         stack = AirflowStack(
             workdir / "airflow-home",
             dags,
             port=args.port or None,
             password=PASSWORD,
-            extra_env={"AIRFLOW_CONN_KUBERNETES_DEFAULT": json.dumps(connection)},
+            extra_env={
+                "AIRFLOW_CONN_KUBERNETES_DEFAULT": json.dumps(connection),
+                "AIRFLOW_CONN_AWS_DEFAULT": batch.airflow_connection_uri(),
+            },
         )
         log("Starting Airflow (api-server, scheduler, dag-processor, triggerer)...")
         with stack:
             log(f"Airflow UI: {stack.url}  (login: admin / {PASSWORD})")
             stack.wait_for_dag(DAG_ID)
+            stack.wait_for_dag(BATCH_DAG_ID)
             run_id = stack.trigger(DAG_ID, {"shards": args.shards})
-            log(f"Triggered {DAG_ID} run {run_id} with {args.shards} shards; one spot node will be reclaimed.\n")
+            log(f"Triggered {DAG_ID} run {run_id} with {args.shards} shards; one spot node will be reclaimed.")
+            batch_run = stack.trigger(BATCH_DAG_ID, {"epochs": 20})
+            log(f"Triggered {BATCH_DAG_ID} run {batch_run}; its spot host will be reclaimed once.\n")
             done = threading.Event()
-            injector = threading.Thread(target=inject_preemption, args=(emulator, done, log), daemon=True)
-            injector.start()
+            for target, emulated in ((inject_preemption, emulator), (inject_reclaim, batch)):
+                threading.Thread(target=target, args=(emulated, done, log), daemon=True).start()
+            batch_state: list[str] = []
+            watcher = threading.Thread(
+                target=lambda: batch_state.append(watch_run(stack, batch_run, log, dag_id=BATCH_DAG_ID)), daemon=True
+            )
+            watcher.start()
             state = watch_run(stack, run_id, log)
+            watcher.join(timeout=900)
             done.set()
             report(stack, run_id, log)
-            log(f"\nRun {state}. Airflow UI: {stack.url}/dags/{DAG_ID}  (login: admin / {PASSWORD})")
+            report_batch(stack, batch_run, log)
+            state = state if state != "success" else (batch_state or ["timed out"])[0]
+            log(f"\nRuns {state}. Airflow UI: {stack.url}/dags  (login: admin / {PASSWORD})")
             if args.once:
                 return 0 if state == "success" else 1
             log("Everything keeps running for you to explore; Ctrl-C stops it all.")
