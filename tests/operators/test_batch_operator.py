@@ -55,3 +55,19 @@ def test_bad_input_fails_when_the_operator_is_built(kwargs: dict[str, object], f
     with pytest.raises(AcceleratorSpecError) as error:
         GPUBatchOperator(task_id="t", **kwargs)  # type: ignore[arg-type]
     assert error.value.field == field
+
+
+def test_each_candidate_goes_to_a_queue_that_launches_it() -> None:
+    """Queue offers are real ``QueueOffer`` values built from the catalog, as ``queue_offers`` returns them."""
+    from airflow_gpu.accelerators.batch import instance_offers
+    from airflow_gpu.hooks.batch import QueueOffer
+
+    op = GPUBatchOperator(task_id="t", accelerator=["H100:8", "L4"], job_queues=QUEUES)
+    op._offers = {
+        "gpu-spot": QueueOffer("gpu-spot", "spot", instance_offers(["g5", "g6"])),
+        "gpu-on-demand": QueueOffer("gpu-on-demand", "on-demand", instance_offers(["p5"])),
+    }
+    assert op._placement_offered(Placement(0, "spot")) == Placement(0, "on-demand")  # H100 only on demand
+    op._offers["gpu-on-demand"] = QueueOffer("gpu-on-demand", "on-demand", instance_offers(["g6"]))
+    assert op._placement_offered(Placement(0, "spot")) == Placement(1, "spot")  # no H100 anywhere: L4 on spot
+    assert op._placement_offered(Placement(1, "on-demand")) == Placement(1, "on-demand")

@@ -43,7 +43,7 @@ from airflow_gpu.accelerators.errors import AcceleratorSpecError
 from airflow_gpu.accelerators.quantities import CpuAmount, MemoryAmount
 from airflow_gpu.accelerators.shared_memory import SharedMemory
 from airflow_gpu.accelerators.spec import Accelerator, parse_candidates
-from airflow_gpu.hooks.batch import GPUBatchHook
+from airflow_gpu.hooks.batch import GPUBatchHook, QueueOffer
 from airflow_gpu.images.selection import resolve_image
 from airflow_gpu.spot.batch import classify_attempt, classify_job, retry_strategy
 from airflow_gpu.spot.classifier import Classification, Outcome
@@ -140,6 +140,7 @@ class GPUBatchOperator(BatchOperator):
         self._interruptions_on_capacity = 0
         self.interruptions: list[dict[str, Any]] = []
         self._seen_attempts: set[str] = set()
+        self._offers: dict[str, QueueOffer] = {}  # queue name -> what it launches, read at execute
 
     @staticmethod
     def _check_queues(job_queue: str | None, job_queues: Mapping[str, str] | None) -> dict[str, str]:
@@ -173,6 +174,33 @@ class GPUBatchOperator(BatchOperator):
         if not self.queues:
             return str(self.job_queue)
         return self.queues[placement.capacity or self.initial_capacity or "spot"]
+
+    def _placement_offered(self, placement: Placement) -> Placement:
+        """Each candidate goes to a queue whose compute environments launch it.
+
+        When the queue of the placement's capacity cannot launch the candidate, the other
+        capacity's queue is used if it can (a GPU only on on-demand capacity), else the next
+        candidate that some queue offers. Without queue information the placement stands.
+        """
+        offers = self._offers
+        if not offers:
+            return placement
+        order = [placement.capacity, *(c for c in CAPACITY_QUEUES if c != placement.capacity)]
+        for candidate in range(placement.candidate, len(self.candidates)):
+            for capacity in order if self.queues else [placement.capacity]:
+                if self.queues and capacity not in self.queues:
+                    continue
+                queue = offers.get(self._queue_for(Placement(candidate, capacity)))  # type: ignore[arg-type]
+                if queue is not None and queue.can_run(self.candidates[candidate]):
+                    chosen = Placement(candidate, capacity)  # type: ignore[arg-type]
+                    if chosen != placement:
+                        self.log.warning(
+                            "%s on %s capacity is not offered by its queue; using %s on %s",
+                            self.candidates[placement.candidate], placement.capacity,
+                            self.candidates[candidate], capacity,
+                        )  # fmt: skip
+                    return chosen
+        return placement
 
     # --- the job --------------------------------------------------------------------------
 
@@ -232,6 +260,7 @@ class GPUBatchOperator(BatchOperator):
 
     def submit_job(self, context: Context) -> None:
         """``BatchOperator.submit_job`` with our definition, overrides, queue, name and identity tags."""
+        self._placement = self._placement_offered(self._placement)
         self.job_definition = self._definition(context)
         self.job_queue = self._queue_for(self._placement)
         self.container_overrides = self._overrides()
@@ -491,6 +520,7 @@ class GPUBatchOperator(BatchOperator):
         except Exception as error:  # a queue we may not describe is not a reason to refuse the job
             self.log.warning("Could not read the queues' instance types (%s); submitting as asked", error)
             return
+        self._offers = {o.name: o for o in offers}
         runnable = [i for i, c in enumerate(self.candidates) if any(o.can_run(c) for o in offers)]
         if not runnable:
             wanted = ", ".join(str(c) for c in self.candidates)
@@ -498,6 +528,17 @@ class GPUBatchOperator(BatchOperator):
         if runnable[0] != self._placement.candidate:
             self.log.warning("Skipping %s: no queue offers it", self.accelerator)
             self._placement = Placement(runnable[0], self._placement.capacity)
+        spec = self.accelerator
+        for offer in offers:  # Batch, not the job, picks the instance type among the queue's
+            others = sorted(
+                {o.accelerator for o in offer.offers if o.accelerator != spec.type}
+                & {o.accelerator for o in offer.offers if o.instance_type.accelerators >= spec.count}
+            )
+            if others:
+                self.log.warning(
+                    "%s: a job asking for %d GPUs may land on %s instead of %s; give %s a queue of its own to be sure",
+                    offer.describe(), spec.count, ", ".join(others), spec.type, spec.type,
+                )  # fmt: skip
 
     # --- deferrable -----------------------------------------------------------------------
 

@@ -69,6 +69,10 @@ with DAG("gpu_batch", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz
         train = GPUBatchOperator(
             task_id="train", accelerator="B200:8", command=["true"], job_queues=QUEUES, retries=2, **COMMON
         )
+    elif SCENARIO == "own-definition":  # the test registers team-trainer with its own retryStrategy
+        train = GPUBatchOperator(
+            task_id="train", accelerator="L4:2", job_definition="team-trainer", job_queue="gpu-on-demand", **COMMON
+        )
     elif SCENARIO == "mapped":
         train = GPUBatchOperator.partial(
             task_id="train", accelerator="L4", job_queues=QUEUES, max_active_tis_per_dagrun=5, **COMMON

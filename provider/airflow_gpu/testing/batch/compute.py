@@ -15,6 +15,7 @@ from airflow_gpu.accelerators.batch import InstanceOffer, instance_offers
 
 LOG_GROUP = "/aws/batch/job"
 GPU_FAMILIES = ("g5", "g6", "p4d", "p5")
+TRUST = '{"Version": "2012-10-17", "Statement": []}'
 
 
 @dataclass(frozen=True)
@@ -53,18 +54,27 @@ DEMO = BatchSetup(
 )
 
 
+def _role(iam: Any, name: str) -> str:
+    try:
+        return str(iam.create_role(RoleName=name, AssumeRolePolicyDocument=TRUST)["Role"]["Arn"])
+    except iam.exceptions.EntityAlreadyExistsException:
+        return str(iam.get_role(RoleName=name)["Role"]["Arn"])
+
+
 def create(setup: BatchSetup, clients: Any) -> None:
     """Create ``setup`` through the API; ``clients(name)`` returns a boto3 client for a service."""
     ec2, iam, batch, logs = clients("ec2"), clients("iam"), clients("batch"), clients("logs")
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/24")["Subnet"]["SubnetId"]
     group = ec2.create_security_group(GroupName="batch-gpu", Description="Batch GPU jobs", VpcId=vpc)["GroupId"]
-    trust = '{"Version": "2012-10-17", "Statement": []}'
-    service_role = iam.create_role(RoleName="AWSBatchServiceRole", AssumeRolePolicyDocument=trust)["Role"]["Arn"]
-    iam.create_role(RoleName="ecsInstanceRole", AssumeRolePolicyDocument=trust)
-    profile = iam.create_instance_profile(InstanceProfileName="ecsInstanceRole")["InstanceProfile"]["Arn"]
-    iam.add_role_to_instance_profile(InstanceProfileName="ecsInstanceRole", RoleName="ecsInstanceRole")
-    fleet_role = iam.create_role(RoleName="AmazonEC2SpotFleetRole", AssumeRolePolicyDocument=trust)["Role"]["Arn"]
+    service_role = _role(iam, "AWSBatchServiceRole")
+    fleet_role = _role(iam, "AmazonEC2SpotFleetRole")
+    _role(iam, "ecsInstanceRole")
+    try:  # IAM is global: a second emulator in the same process (another region) finds them made
+        profile = iam.create_instance_profile(InstanceProfileName="ecsInstanceRole")["InstanceProfile"]["Arn"]
+        iam.add_role_to_instance_profile(InstanceProfileName="ecsInstanceRole", RoleName="ecsInstanceRole")
+    except iam.exceptions.EntityAlreadyExistsException:
+        profile = iam.get_instance_profile(InstanceProfileName="ecsInstanceRole")["InstanceProfile"]["Arn"]
     arns = {}
     for ce in setup.compute_environments:
         resources: dict[str, Any] = {

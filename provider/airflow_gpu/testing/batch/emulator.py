@@ -26,6 +26,12 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
 from airflow_gpu.testing.batch.compute import DEMO, BatchSetup, create
 
 ACCOUNT = "123456789012"
+#: moto keeps one backend per (account, region) for the whole process: each live emulator in a
+#: process takes a region of its own, and only the last one to stop resets moto.
+REGIONS = ("us-east-1", "us-west-2", "us-east-2", "eu-west-1", "eu-central-1", "ap-northeast-1", "ap-southeast-2")
+_live_regions: set[str] = set()
+_lock = threading.Lock()
+_original_submit: Any = None
 
 
 def _emulated_submit_job(
@@ -91,15 +97,17 @@ class BatchEmulator:
         setup: BatchSetup = DEMO,
         host: str = "127.0.0.1",
         port: int = 0,
-        region: str = "us-east-1",
+        region: str | None = None,
         stop_timeout: float = 30.0,
     ) -> None:
-        self.setup, self.host, self.port, self.region = setup, host, port, region
+        """``region`` None takes the first region no other emulator of this process uses."""
+        self.setup, self.host, self.port = setup, host, port
+        self.requested_region = region
+        self.region = region or REGIONS[0]
         self.stop_timeout = stop_timeout
         self.faults: list[dict[str, Any]] = []
         self._server: Any = None
         self.driver: Any = None
-        self._original_submit: Any = None
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -111,18 +119,36 @@ class BatchEmulator:
 
         from airflow_gpu.testing.batch.driver import BatchDriver
 
+        global _original_submit
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
-        self._original_submit = BatchSimpleBackend.submit_job
-        BatchSimpleBackend.submit_job = _emulated_submit_job  # type: ignore[method-assign]
+        with _lock:
+            free = [
+                r for r in ([self.requested_region] if self.requested_region else REGIONS) if r not in _live_regions
+            ]
+            if not free:
+                raise RuntimeError(f"region {self.requested_region or REGIONS} is taken by another live emulator")
+            self.region = free[0]
+            first = not _live_regions
+            _live_regions.add(self.region)
+            if first:
+                _original_submit = BatchSimpleBackend.submit_job
+                BatchSimpleBackend.submit_job = _emulated_submit_job  # type: ignore[method-assign]
         self._server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
         self._server.start()
         self.host, self.port = self._server.get_host_and_port()
-        # moto's backends live as long as the process: start from an empty account every time.
-        for path, body in (("/moto-api/reset", {}), ("/moto-api/config", {"batch": {"use_docker": False}})):
+        calls = [("/moto-api/config", {"batch": {"use_docker": False}})]
+        if first:  # moto's backends live as long as the process: the first emulator starts them empty
+            calls.insert(0, ("/moto-api/reset", {}))
+        for path, body in calls:
             request = urllib.request.Request(
                 f"{self.endpoint_url}{path}", data=json.dumps(body).encode(), method="POST"
             )
             urllib.request.urlopen(request, timeout=30).close()
+        if not first:  # a region an earlier emulator of this process used starts empty too
+            from moto.ec2.models import ec2_backends
+
+            for backends in (batch_backends, logs_backends, ec2_backends):
+                backends[ACCOUNT][self.region].reset()
         create(self.setup, self.client)
         self.driver = BatchDriver(
             batch_backends[ACCOUNT][self.region],
@@ -134,17 +160,20 @@ class BatchEmulator:
         return self
 
     def stop(self) -> None:
+        global _original_submit
         if self.driver is not None:
             self.driver.stop()
             self.driver = None
         if self._server is not None:
             self._server.stop()
             self._server = None
-        if self._original_submit is not None:
-            from moto.batch_simple.models import BatchSimpleBackend
+            with _lock:
+                _live_regions.discard(self.region)
+                if not _live_regions and _original_submit is not None:
+                    from moto.batch_simple.models import BatchSimpleBackend
 
-            BatchSimpleBackend.submit_job = self._original_submit  # type: ignore[method-assign]
-            self._original_submit = None
+                    BatchSimpleBackend.submit_job = _original_submit  # type: ignore[method-assign]
+                    _original_submit = None
 
     def __enter__(self) -> BatchEmulator:
         return self.start()
