@@ -21,7 +21,6 @@ Submitting, links and the CloudWatch log fetcher are ``BatchOperator``'s.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -48,15 +47,13 @@ from airflow_gpu.images.selection import resolve_image
 from airflow_gpu.spot.batch import classify_attempt, classify_job, retry_strategy
 from airflow_gpu.spot.classifier import Classification, Outcome
 from airflow_gpu.spot.policy import Placement, SpotPolicy, next_step
+from airflow_gpu.utils.results import ACCELERATOR_XCOM_KEY, INTERRUPTIONS_XCOM_KEY, ResultError, last_result
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 CAPACITY_QUEUES = ("spot", "on-demand")
-INTERRUPTIONS_XCOM_KEY = "gpu_interruptions"
-ACCELERATOR_XCOM_KEY = "gpu_accelerator"
 JOB_ID_XCOM_KEY = "batch_job_id"
-RESULT_MARKER = "::airflow-gpu-result::"
 #: Where the job id and the resubmission state are recorded before waiting (Airflow 3.3+).
 STATE_KEY = "airflow_gpu_batch_job"
 #: Job tags that carry the task try's identity, checked before a retry reattaches.
@@ -485,16 +482,12 @@ class GPUBatchOperator(BatchOperator):
             from airflow.providers.amazon.aws.hooks.logs import AwsLogsHook
 
             logs = AwsLogsHook(aws_conn_id=self.aws_conn_id, region_name=self.hook.conn_region_name)
-            lines = [
-                e["message"]
-                for e in logs.get_log_events("/aws/batch/job", stream)
-                if str(e["message"]).startswith(RESULT_MARKER)
-            ]
-            if lines:
-                try:
-                    return json.loads(lines[-1][len(RESULT_MARKER) :])
-                except ValueError as error:
-                    raise AirflowFailException(f"the job printed a result that is not JSON: {lines[-1]!r}") from error
+            try:
+                found, value = last_result(str(e["message"]) for e in logs.get_log_events("/aws/batch/job", stream))
+            except ResultError as error:  # a bug in the workload: retrying will not fix it
+                raise AirflowFailException(str(error)) from error
+            if found:
+                return value
         return self.job_id
 
     def _publish(self, context: Context) -> None:

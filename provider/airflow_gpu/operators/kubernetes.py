@@ -54,6 +54,7 @@ from airflow_gpu.spot.classifier import Classification, Outcome, classify_pod
 from airflow_gpu.spot.policy import Capacity, Placement, SpotPolicy, next_step
 from airflow_gpu.utils.kubernetes import pod_operator_arguments
 from airflow_gpu.utils.pod_identity import identity_mismatch
+from airflow_gpu.utils.results import ACCELERATOR_XCOM_KEY, INTERRUPTIONS_XCOM_KEY, ResultError, last_result
 
 if TYPE_CHECKING:
     from datetime import timedelta
@@ -65,11 +66,6 @@ if TYPE_CHECKING:
 PLACEMENT_ARGUMENTS = ("container_resources", "affinity", "tolerations", "volumes", "volume_mounts")
 #: Where the ``preStop`` hook writes the spot notice; ``{pod}`` keeps pods apart on shared hosts.
 SPOT_NOTICE_PATH = "/tmp/airflow-gpu/{pod}/spot-notice"
-INTERRUPTIONS_XCOM_KEY = "gpu_interruptions"
-#: A line ``::airflow-gpu-result::<json>`` in the container's output is the task's return value:
-#: results without KPO's xcom sidecar (which needs ``pods/exec`` and an extra image).
-RESULT_MARKER = "::airflow-gpu-result::"
-ACCELERATOR_XCOM_KEY = "gpu_accelerator"
 #: Pod annotation holding the resubmission state, read back when a retry reattaches to the pod.
 STATE_ANNOTATION = "airflow-gpu/state"
 
@@ -312,15 +308,10 @@ class GPUKubernetesOperator(KubernetesPodOperator):
         response = self.client.read_namespaced_pod_log(
             pod.metadata.name, pod.metadata.namespace, container=self.base_container_name, _preload_content=False
         )
-        lines = [
-            line for line in response.data.decode("utf-8", "replace").splitlines() if line.startswith(RESULT_MARKER)
-        ]
-        if not lines:
-            return None
         try:
-            return json.loads(lines[-1][len(RESULT_MARKER) :])
-        except ValueError as error:
-            raise AirflowFailException(f"the workload printed a result that is not JSON: {lines[-1]!r}") from error
+            return last_result(response.data.decode("utf-8", "replace").splitlines())[1]
+        except ResultError as error:  # a bug in the workload: retrying will not fix it
+            raise AirflowFailException(str(error)) from error
 
     def _delete_and_wait(self, pod: k8s.V1Pod) -> None:
         try:

@@ -27,8 +27,6 @@ class SharedJobPoller:
     """One polling loop per (connection, region, interval) in this process, batching DescribeJobs."""
 
     _pollers: ClassVar[dict[tuple[str | None, str | None, float], SharedJobPoller]] = {}
-    #: DescribeJobs calls made by all pollers of this process (for the benchmark and the log).
-    calls: ClassVar[int] = 0
 
     def __init__(self, aws_conn_id: str | None, region_name: str | None, interval: float) -> None:
         self.key = (aws_conn_id, region_name, interval)
@@ -68,7 +66,6 @@ class SharedJobPoller:
             if not batch:
                 continue
             ids = list(batch)
-            SharedJobPoller.calls += (len(ids) + 99) // 100
             try:
                 found = await asyncio.to_thread(hook.describe_jobs_batched, ids)
             except Exception as error:  # every waiter hears about it; each decides to retry or fail
