@@ -113,6 +113,7 @@ def test_past_the_budget_it_moves_to_the_on_demand_queue(
     assert spot["status"] == "FAILED" and spot["statusReason"].startswith("Host EC2")
     assert len(spot["attempts"]) == 2  # max_interruptions=1: Batch made two attempts
     assert on_demand["status"] == "SUCCEEDED" and on_demand["jobQueue"].endswith("/gpu-on-demand")
+    assert spot["jobName"] == on_demand["jobName"] == "train"  # a resubmission keeps the task's job name
     assert len(report["interruptions"]) == 2
     assert report["accelerator"] == {"accelerator": "H100:8", "capacity": "on-demand", "queue": "gpu-on-demand"}
     assert "falling back to on-demand capacity" in completed.stdout

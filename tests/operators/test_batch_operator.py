@@ -71,3 +71,19 @@ def test_each_candidate_goes_to_a_queue_that_launches_it() -> None:
     op._offers["gpu-on-demand"] = QueueOffer("gpu-on-demand", "on-demand", instance_offers(["g6"]))
     assert op._placement_offered(Placement(0, "spot")) == Placement(1, "spot")  # no H100 anywhere: L4 on spot
     assert op._placement_offered(Placement(1, "on-demand")) == Placement(1, "on-demand")
+
+
+def test_without_an_on_demand_queue_spot_exhaustion_fails_instead_of_falling_back() -> None:
+    from airflow_gpu.spot.classifier import Classification, Outcome
+
+    op = GPUBatchOperator(task_id="t", accelerator="L4", job_queues={"spot": "gpu-spot"}, spot={"max_interruptions": 0})
+    reclaim = {"container": {"exitCode": 143}, "statusReason": "Host EC2 (instance i-1) terminated."}
+    job = {"jobId": "j", "status": "FAILED", "attempts": [reclaim]}
+
+    class Ti:
+        def xcom_push(self, key: str, value: object) -> None:
+            """XCom is a boundary this test owns: the values are not under test here."""
+
+    with pytest.raises(Exception, match="more than max_interruptions=0") as error:
+        op._after({"ti": Ti()}, job, Classification(Outcome.PREEMPTED, "SpotReclaim", "reclaimed", 143, True))
+    assert "falling back" not in str(error.value)

@@ -126,8 +126,9 @@ class GPUBatchOperator(BatchOperator):
             kwargs["awslogs_fetch_interval"] = timedelta(seconds=kwargs["awslogs_fetch_interval"])
         kwargs.setdefault("poll_interval", 10)
         self.initial_capacity = "spot" if "spot" in self.queues else ("on-demand" if self.queues else None)
+        self.base_job_name = job_name or kwargs.get("task_id", "gpu-job")  # every submission's name, + map index
         super().__init__(
-            job_name=job_name or kwargs.get("task_id", "gpu-job"),
+            job_name=self.base_job_name,
             job_definition=job_definition or "generated-at-execute",
             job_queue=job_queue or self.queues[self.initial_capacity or "spot"],
             **kwargs,
@@ -263,10 +264,8 @@ class GPUBatchOperator(BatchOperator):
         self.container_overrides = self._overrides()
         self.tags = {**(self.tags or {}), **self._identity(context)}
         map_index = getattr(context["ti"], "map_index", -1)
-        base = str(self.job_name).rsplit("-m", 1)[0] if self._submissions else str(self.job_name)
-        if map_index is not None and map_index >= 0 and not self._submissions:
-            base = f"{base}-m{map_index}"
-        self.job_name = _name(base)
+        mapped = map_index is not None and map_index >= 0
+        self.job_name = _name(f"{self.base_job_name}-m{map_index}" if mapped else self.base_job_name)
         super().submit_job(context)
         self._record(context)
 
@@ -410,22 +409,21 @@ class GPUBatchOperator(BatchOperator):
             self._publish(context)
             return self._result(job)
         before = self._interruptions_on_capacity + max(reclaimed_here - 1, 0)
+        # Falling back needs somewhere to fall back to: without an on-demand queue the policy cannot.
+        policy = self.spot
+        if self.queues and "on-demand" not in self.queues:
+            policy = policy.model_copy(update={"fallback_to_on_demand": False})
         decision = next_step(
-            self.spot,
+            policy,
             outcome,
             self._placement,
             before,
             len(self.candidates),
             self.initial_capacity,  # type: ignore[arg-type]
         )
-        if self.queues and decision.placement.capacity not in (None, *self.queues):
-            decision = next_step(
-                self.spot.model_copy(update={"fallback_to_on_demand": False}),
-                outcome, self._placement, before, len(self.candidates), self.initial_capacity,  # type: ignore[arg-type]
-            )  # fmt: skip
         self.log.warning("Job %s ended %s: %s", job["jobId"], outcome.outcome.value, decision.message)
         if self.interruptions:
-            self.interruptions[-1] = {**self.interruptions[-1], "next": decision.message}
+            self.interruptions = [*self.interruptions[:-1], {**self.interruptions[-1], "next": decision.message}]
         self._publish(context)
         if decision.action != "resubmit":
             history = "".join(
