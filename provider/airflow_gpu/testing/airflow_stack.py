@@ -90,7 +90,10 @@ class AirflowStack:
             "AIRFLOW__API_AUTH__JWT_SECRET": secret_file.read_text(),
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
-            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
+            # Airflow's default: each file is parsed again at most every 30 s. Every parse forks a
+            # process that imports the kubernetes clients (~2.5 s of CPU), so at 5 s the DAG
+            # processor alone kept both cores of a small machine busy.
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
             **self.extra_env,
         }
 
@@ -105,6 +108,7 @@ class AirflowStack:
         )
         if migrate.returncode != 0:
             raise RuntimeError(f"airflow db migrate failed:\n{migrate.stderr.decode()[-3000:]}")
+        self._use_write_ahead_log(env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
         logs = self.home / "logs"
         logs.mkdir(exist_ok=True)
         for component in COMPONENTS:
@@ -125,9 +129,25 @@ class AirflowStack:
             raise
         return self
 
+    @staticmethod
+    def _use_write_ahead_log(database: str) -> None:
+        """SQLite's write-ahead log: readers (the UI, the scheduler's queries, the tests' polls) no
+        longer block the one writer, nor it them, so a burst of tasks starting at once meets far
+        fewer "database is locked" answers. The mode is kept in the database file: every part opens
+        it in WAL mode. Another database (``extra_env``) is left as it is."""
+        import logging
+        import sqlite3
+
+        if not database.startswith("sqlite:///"):
+            return
+        with contextlib.closing(sqlite3.connect(database.removeprefix("sqlite:///").split("?")[0])) as db:
+            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if mode != "wal":
+            logging.getLogger(__name__).warning("SQLite kept journal_mode=%s; expect 'database is locked'", mode)
+
     def _healthy(self) -> bool:
         try:
-            health = self.request("GET", "/api/v2/monitor/health", auth=False)
+            health = self.request("GET", "/api/v2/monitor/health", auth=False, attempts=1)
         except (OSError, urllib.error.URLError):
             return False
         return bool(health.get("scheduler", {}).get("status") == "healthy")
@@ -163,15 +183,30 @@ class AirflowStack:
             self._token = str(answer["access_token"])
         return self._token
 
-    def request(self, method: str, path: str, body: Any = None, auth: bool = True) -> Any:
+    def request(self, method: str, path: str, body: Any = None, auth: bool = True, attempts: int = 5) -> Any:
+        """One REST call; a 5xx answer is tried again, up to ``attempts`` times in all.
+
+        On SQLite a burst of writers (a dozen tasks starting at once) can leave one request
+        waiting out the 5 s busy timeout: the API server answers 500 and has rolled the request's
+        transaction back. Airflow's own workers retry such answers (``[workers]
+        execution_api_retries``); a client of the stack does the same. A POST answered 500 after
+        its commit would meet 409 on the retry and raise it: the caller sees it, nothing is doubled.
+        """
         data = None if body is None else json.dumps(body).encode()
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if auth:
             headers["Authorization"] = f"Bearer {self.token()}"
-        request = urllib.request.Request(f"{self.url}{path}", data=data, headers=headers, method=method)
-        with urllib.request.urlopen(request, timeout=30) as response:
-            raw = response.read()
-        return json.loads(raw) if raw else None
+        for attempt in range(1, attempts + 1):
+            request = urllib.request.Request(f"{self.url}{path}", data=data, headers=headers, method=method)
+            try:
+                with urllib.request.urlopen(request, timeout=30) as response:
+                    raw = response.read()
+                return json.loads(raw) if raw else None
+            except urllib.error.HTTPError as error:
+                if error.code < 500 or attempt == attempts:
+                    raise
+                time.sleep(0.5 * attempt)
+        raise AssertionError("unreachable")
 
     def wait_for_dag(self, dag_id: str, timeout: float = 180) -> dict[str, Any]:
         def probe() -> Any:
