@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: install demo tour test lint typecheck docs pytest bench clean
+.PHONY: install demo tour test test-quick lint typecheck docs pytest bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,10 +43,15 @@ typecheck: install
 docs: install
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 
+# Every test, end-to-end included; the 15 slowest are listed at the end so that the cost stays visible.
 pytest: install
-	$(BIN)/pytest
+	$(BIN)/pytest --durations=15
 
 test: lint typecheck docs pytest
+
+# The inner loop: unit and emulator-API tests, no Airflow processes (the `slow` marker), in under a minute.
+test-quick: install
+	$(BIN)/pytest -m "not slow" -q
 
 bench: install
 	$(BIN)/python bench/import_time.py

@@ -1,4 +1,5 @@
-"""One migrated Airflow home shared by the end-to-end tests (migrating takes ~10 s)."""
+"""The end-to-end tests' shared parts: one real Airflow stack for the whole session, the scenario
+runs launched on it at once (tests/e2e/scenarios.py), and a migrated home for ``airflow dags test``."""
 
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ import pytest
 from airflow_gpu.testing.airflow_stack import AirflowStack
 from airflow_gpu.testing.batch.emulator import BatchEmulator
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
+from tests.e2e.scenarios import STACK_DAGS, Scenario, ScenarioLauncher, ScenarioRun
 
-DAGS = Path(__file__).resolve().parent / "dags"
+SCENARIOS = pytest.StashKey[list[Scenario]]()
 BIN = Path(sys.executable).parent
+# The scenario tasks mostly wait on their emulators, so more of them than cores run side by side.
+STACK_PARALLELISM = 8
 
 
 @pytest.fixture(scope="session")
@@ -24,7 +28,7 @@ def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     env = {
         **os.environ,
         "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(STACK_DAGS),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -65,8 +69,11 @@ def airflow_stack(
     root = tmp_path_factory.mktemp("stack")
     dags = root / "dags"  # the shipped example DAGs and the lifecycle test DAGs, side by side
     shutil.copytree(Path(__file__).resolve().parents[2] / "dags", dags, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("gpu_lifecycle.py", "gpu_batch_lifecycle.py"):
-        shutil.copy(Path(__file__).resolve().parent / "stack_dags" / name, dags)
+    for dag_file in STACK_DAGS.glob("*.py"):
+        shutil.copy(dag_file, dags)
+    config = root / "airflow-home" / "config"  # on every part's sys.path
+    config.mkdir(parents=True)
+    shutil.copy(Path(__file__).resolve().parent / "stack_config" / "airflow_local_settings.py", config)
     with KubernetesEmulator("demo") as emulator:
         emulator.write_kubeconfig(root / "kubeconfig")
         connection = {"conn_type": "kubernetes", "extra": {"kube_config_path": str(emulator.kubeconfig_path)}}
@@ -79,7 +86,48 @@ def airflow_stack(
                 # A dead worker is noticed in ~30 s instead of 5 minutes (the worker-crash test).
                 "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "30",
                 "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "2",
+                # The DAG files do not change during a session: parse each once, not every 30 s.
+                "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "3600",
             },
+            parallelism=STACK_PARALLELISM,
         )
         with stack:
             yield stack, emulator
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Remember every scenario the selected tests name, to launch them all when the first e2e test runs."""
+    session.config.stash[SCENARIOS] = [
+        item.callspec.params["scenario_run"]
+        for item in session.items
+        if "scenario_run" in getattr(getattr(item, "callspec", None), "params", {})
+    ]
+
+
+@pytest.fixture(scope="session")
+def scenario_launcher(
+    request: pytest.FixtureRequest,
+    airflow_stack: tuple[AirflowStack, KubernetesEmulator],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[ScenarioLauncher]:
+    launcher = ScenarioLauncher(airflow_stack[0], tmp_path_factory.mktemp("scenarios"))
+    try:
+        launcher.launch(request.config.stash.get(SCENARIOS, []))
+        yield launcher
+    finally:
+        launcher.close()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _scenarios_under_way(request: pytest.FixtureRequest) -> None:
+    """The scenario runs start with the first end-to-end test, whichever it is, so that they run
+    while the tests before theirs (the lifecycle ones, the ``dags test`` one) do."""
+    if request.config.stash.get(SCENARIOS, []):
+        request.getfixturevalue("scenario_launcher")
+
+
+@pytest.fixture
+def scenario_run(request: pytest.FixtureRequest, scenario_launcher: ScenarioLauncher) -> ScenarioRun:
+    """The run of the scenario the test is parametrized with (``scenarios(...)``), ended."""
+    scenario: Scenario = request.param
+    return scenario_launcher.runs[scenario.dag_id].wait()

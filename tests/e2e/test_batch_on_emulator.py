@@ -1,23 +1,20 @@
-"""The official ``BatchOperator`` runs against the Batch emulator through ``airflow dags test``, with
-``aws_default`` pointed at it by its ``endpoint_url`` extra exactly as at a real account: to
-completion with the job's CloudWatch lines in the task log, failing with the container's exit
-code, and deferrable, its ``BatchJobTrigger`` polling the emulator from the triggerer."""
+"""The official ``BatchOperator``, unmodified, against the Batch emulator on the shared Airflow stack
+(tests/e2e/stack_dags/official_operators.py), with its connection pointed at it by the
+``endpoint_url`` extra exactly as at a real account: to completion with the job's CloudWatch lines
+in the task log, failing with the container's exit code, and deferrable, its ``BatchJobTrigger``
+polling the emulator from the real triggerer."""
 
 from __future__ import annotations
-
-import subprocess
-from collections.abc import Callable
 
 import pytest
 
 from airflow_gpu.testing.batch.emulator import BatchEmulator
+from tests.e2e.scenarios import Scenario, ScenarioRun, scenarios
 
 pytestmark = pytest.mark.slow
 
-Airflow = Callable[..., subprocess.CompletedProcess[str]]
 
-
-def run(airflow: Airflow, emulator: BatchEmulator, **env: str) -> subprocess.CompletedProcess[str]:
+def register_gpu_smoke(emulator: BatchEmulator) -> None:
     emulator.client("batch").register_job_definition(
         jobDefinitionName="gpu-smoke",
         type="container",
@@ -31,9 +28,10 @@ def run(airflow: Airflow, emulator: BatchEmulator, **env: str) -> subprocess.Com
             ],
         },
     )
-    return airflow(
-        "dags", "test", "batch_on_emulator", AIRFLOW_CONN_AWS_DEFAULT=emulator.airflow_connection_uri(), **env
-    )
+
+
+def smoke(dag_id: str) -> Scenario:
+    return Scenario(dag_id, "batch", prepare=register_gpu_smoke)
 
 
 def jobs(emulator: BatchEmulator) -> list[dict[str, object]]:
@@ -42,25 +40,27 @@ def jobs(emulator: BatchEmulator) -> list[dict[str, object]]:
     return list(batch.describe_jobs(jobs=ids)["jobs"]) if ids else []
 
 
-def test_batch_operator_runs_a_gpu_job(airflow: Airflow, batch_emulator: BatchEmulator) -> None:
-    result = run(airflow, batch_emulator)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "line-one on gpu-spot-ce" in result.stdout and "line-two" in result.stdout
-    [job] = jobs(batch_emulator)
+@scenarios(smoke("batch_on_emulator"))
+def test_batch_operator_runs_a_gpu_job(scenario_run: ScenarioRun) -> None:
+    assert scenario_run.state() == "success"
+    log = scenario_run.log("smoke")
+    assert "line-one on gpu-spot-ce" in log and "line-two" in log
+    [job] = jobs(scenario_run.emulator)
     assert job["status"] == "SUCCEEDED" and job["jobName"] == "smoke"
 
 
-def test_batch_operator_fails_with_the_exit_code(airflow: Airflow, batch_emulator: BatchEmulator) -> None:
-    result = run(airflow, batch_emulator, BATCH_EXIT="3")
-    assert result.returncode != 0
-    [job] = jobs(batch_emulator)
+@scenarios(smoke("batch_on_emulator_exit3"))
+def test_batch_operator_fails_with_the_exit_code(scenario_run: ScenarioRun) -> None:
+    assert scenario_run.state() == "failed"
+    [job] = jobs(scenario_run.emulator)
     assert job["status"] == "FAILED" and job["container"]["exitCode"] == 3  # type: ignore[index]
-    assert "Essential container in task exited" in result.stdout
+    assert "Essential container in task exited" in scenario_run.log("smoke")
 
 
-def test_deferrable_batch_operator(airflow: Airflow, batch_emulator: BatchEmulator) -> None:
-    result = run(airflow, batch_emulator, BATCH_DEFERRABLE="1")
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "Pausing task as DEFERRED" in result.stdout
-    [job] = jobs(batch_emulator)
+@scenarios(smoke("batch_on_emulator_deferrable"))
+def test_deferrable_batch_operator(scenario_run: ScenarioRun) -> None:
+    assert scenario_run.state() == "success"
+    log = scenario_run.log("smoke")  # the worker's log and the triggerer's
+    assert "Pausing task as DEFERRED" in log
+    [job] = jobs(scenario_run.emulator)
     assert job["status"] == "SUCCEEDED"

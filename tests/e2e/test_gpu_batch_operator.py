@@ -1,38 +1,20 @@
-"""``GPUBatchOperator`` end to end: a real ``airflow dags test`` against the AWS Batch emulator, with
-spot reclaims and no-capacity stalls injected while the task runs."""
+"""``GPUBatchOperator`` end to end: each scenario of tests/e2e/stack_dags/gpu_batch_scenarios.py runs
+on the shared Airflow stack (a real worker per try, the real triggerer for deferrable tasks)
+against an AWS Batch emulator of its own, with spot reclaims and no-capacity stalls injected."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import threading
-import time
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
 
 from airflow_gpu.accelerators.batch import instance_offers
+from airflow_gpu.testing.batch.compute import LOG_GROUP
 from airflow_gpu.testing.batch.emulator import BatchEmulator
+from tests.e2e.scenarios import Injector, Scenario, ScenarioRun, scenarios
 
 pytestmark = pytest.mark.slow
-
-Airflow = Callable[..., subprocess.CompletedProcess[str]]
-
-
-def run_scenario(
-    airflow: Airflow, emulator: BatchEmulator, tmp_path: Path, scenario: str, deferrable: bool = False
-) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    result_file = tmp_path / "result.json"
-    completed = airflow(
-        "dags", "test", "gpu_batch",
-        AIRFLOW_CONN_AWS_DEFAULT=emulator.airflow_connection_uri(), GPU_SCENARIO=scenario,
-        RESULT_FILE=str(result_file), CHECKPOINT_FILE=str(tmp_path / "checkpoint.json"),
-        GPU_DEFERRABLE="1" if deferrable else "0",
-    )  # fmt: skip
-    report = json.loads(result_file.read_text()) if result_file.exists() else {}
-    return completed, report
 
 
 def describe(emulator: BatchEmulator) -> list[dict[str, Any]]:
@@ -41,132 +23,170 @@ def describe(emulator: BatchEmulator) -> list[dict[str, Any]]:
     return sorted(jobs, key=lambda j: j["createdAt"])
 
 
-class Reclaimer(threading.Thread):
-    """Reclaims the spot host of running attempts, ``times`` times, once each has made progress."""
+class Reclaimer(Injector):
+    """Reclaims the spot host of ``times`` attempts, each once it holds after 3 steps (the run's conf
+    says "hold"), then releases the attempts that follow. With ``in_task_log`` it waits until the
+    holding line has reached the task log too (the operator follows the attempt's log stream), so
+    that the attempt's SIGTERM line can reach it as well; a deferred task's log has no lines to wait
+    for, so without it the attempt's own CloudWatch stream says when."""
 
-    def __init__(self, emulator: BatchEmulator, times: int) -> None:
-        super().__init__(daemon=True)
-        self.emulator, self.times, self.done = emulator, times, threading.Event()
-        self.reclaimed: list[tuple[str, int]] = []
+    def __init__(self, times: int, in_task_log: bool = False) -> None:
+        super().__init__()
+        self.times, self.in_task_log, self.reclaimed = times, in_task_log, []
 
-    def run(self) -> None:
-        while len(self.reclaimed) < self.times and not self.done.is_set():
+    def holding(self, job: Any) -> bool:
+        line = f"attempt {len(job.attempts)} holding at step"
+        if self.in_task_log:
+            return line in self.scenario_run.log()
+        events = self.emulator.client("logs").get_log_events(
+            logGroupName=LOG_GROUP, logStreamName=job.log_stream_name, startFromHead=True
+        )["events"]
+        return any(e["message"].startswith(line) for e in events)
+
+    def inject(self) -> None:
+        while len(self.reclaimed) < self.times and not self.stop.is_set():
             for job in list(self.emulator.jobs()):
                 key = (job.job_id, len(job.attempts))
-                if job.status == "RUNNING" and job.job_queue.name == "gpu-spot" and key not in self.reclaimed:
-                    time.sleep(0.8)
-                    if job.status == "RUNNING":
-                        self.emulator.reclaim(job.job_id)
-                        self.reclaimed.append(key)
-            time.sleep(0.05)
+                ours = job.status == "RUNNING" and job.job_queue.name == "gpu-spot" and key not in self.reclaimed
+                if ours and self.holding(job):
+                    self.emulator.reclaim(job.job_id)
+                    self.reclaimed.append(key)
+            self.stop.wait(0.1)
+        (self.scenario_run.workdir / "release").touch()
 
 
-def test_single_job(airflow: Airflow, batch_emulator: BatchEmulator, tmp_path: Path) -> None:
-    completed, report = run_scenario(airflow, batch_emulator, tmp_path, "single")
-    assert completed.returncode == 0, completed.stdout[-4000:]
-    assert "resuming at step 0 batch attempt 1 on gpu-spot A10G" in completed.stdout  # CloudWatch -> task log
-    assert report["result"] == {"total": 465} and report["interruptions"] == []
-    assert report["accelerator"] == {"accelerator": "A10G", "capacity": "spot", "queue": "gpu-spot"}
-    [job] = describe(batch_emulator)
-    assert job["jobId"] == report["job_id"] and job["status"] == "SUCCEEDED"
-    definition = batch_emulator.client("batch").describe_job_definitions(jobDefinitions=[job["jobDefinition"]])
+def batch(
+    dag_id: str,
+    prepare: Callable[[BatchEmulator], None] | None = None,
+    injector: Callable[[], Injector] | None = None,
+    runs: int = 1,
+    conf: Mapping[str, Any] | None = None,
+) -> Scenario:
+    return Scenario(dag_id, "batch", prepare=prepare, injector=injector, runs=runs, conf=conf or {})
+
+
+def both_modes(
+    dag_id: str,
+    prepare: Callable[[BatchEmulator], None] | None = None,
+    injector: Callable[[], Injector] | None = None,
+    conf: Mapping[str, Any] | None = None,
+) -> pytest.MarkDecorator:
+    return scenarios(
+        batch(dag_id, prepare, injector, conf=conf),
+        batch(f"{dag_id}_deferrable", prepare, injector, conf=conf),
+        ids=["sync", "deferrable"],
+    )
+
+
+def assert_one_try(run: ScenarioRun, state: str, run_id: str | None = None) -> None:
+    """The task ended ``state`` in its first try: no retry was ever scheduled, whatever ``retries`` says."""
+    assert [(t["try_number"], t["state"]) for t in run.tries(run_id=run_id)] == [(1, state)]
+
+
+@scenarios(batch("gpu_batch_single", runs=2))
+def test_single_job(scenario_run: ScenarioRun) -> None:
+    """Run twice, one run after the other (``max_active_runs=1``): the second parse registers nothing new."""
+    first, second = scenario_run.run_ids
+    assert [scenario_run.state(first), scenario_run.state(second)] == ["success", "success"]
+    assert_one_try(scenario_run, "success", first)
+    log = scenario_run.log(run_id=first)
+    assert "resuming at step 0 batch attempt 1 on gpu-spot A10G" in log  # CloudWatch -> task log
+    assert scenario_run.xcom() == {"total": 465} and scenario_run.xcom("gpu_interruptions") == []
+    assert scenario_run.xcom("gpu_accelerator") == {"accelerator": "A10G", "capacity": "spot", "queue": "gpu-spot"}
+    emulator = scenario_run.emulator
+    jobs = describe(emulator)
+    assert [j["status"] for j in jobs] == ["SUCCEEDED", "SUCCEEDED"]
+    job = jobs[0]
+    assert job["jobId"] == scenario_run.xcom("batch_job_id")
+    definition = emulator.client("batch").describe_job_definitions(jobDefinitions=[job["jobDefinition"]])
     [registered] = definition["jobDefinitions"]
-    assert registered["jobDefinitionName"] == "gpu_batch--train--A10G"
+    assert registered["jobDefinitionName"] == "gpu_batch_single--train--A10G"
     assert {"type": "GPU", "value": "1"} in registered["containerProperties"]["resourceRequirements"]
     assert registered["retryStrategy"]["attempts"] == 4
     assert job["tags"]["airflow-gpu/task"] == "train" and job["tags"]["airflow-gpu/try"] == "1"
     # Parsed and run again: the same definition revision, not a new one.
-    completed, _ = run_scenario(airflow, batch_emulator, tmp_path, "single")
-    assert completed.returncode == 0
-    assert {j["jobDefinition"] for j in describe(batch_emulator)} == {job["jobDefinition"]}
+    assert {j["jobDefinition"] for j in jobs} == {job["jobDefinition"]}
+    all_revisions = emulator.client("batch").describe_job_definitions(jobDefinitionName=registered["jobDefinitionName"])
+    assert len(all_revisions["jobDefinitions"]) == 1
 
 
-def test_spot_reclaim_is_retried_by_batch_and_resumes(
-    airflow: Airflow, batch_emulator: BatchEmulator, tmp_path: Path
-) -> None:
-    reclaimer = Reclaimer(batch_emulator, times=2)
-    reclaimer.start()
-    completed, report = run_scenario(airflow, batch_emulator, tmp_path, "reclaim")
-    reclaimer.done.set()
-    assert completed.returncode == 0, completed.stdout[-4000:]
-    assert report["result"] == {"total": 465}  # the same answer as without reclaims
-    assert completed.stdout.count("SIGTERM at step") == 2
-    [job] = describe(batch_emulator)  # Batch retried inside one job: no second submission
+@scenarios(batch("gpu_batch_reclaim", injector=lambda: Reclaimer(times=2, in_task_log=True), conf={"hold": True}))
+def test_spot_reclaim_is_retried_by_batch_and_resumes(scenario_run: ScenarioRun) -> None:
+    assert scenario_run.state() == "success"
+    assert_one_try(scenario_run, "success")
+    assert scenario_run.xcom() == {"total": 465}  # the same answer as without reclaims
+    assert scenario_run.log().count("SIGTERM at step") == 2
+    [job] = describe(scenario_run.emulator)  # Batch retried inside one job: no second submission
     assert [a["container"].get("exitCode") for a in job["attempts"]] == [143, 143, 0]
-    assert [(i["job"], i["attempt"], i["reason"]) for i in report["interruptions"]] == [
+    assert [(i["job"], i["attempt"], i["reason"]) for i in scenario_run.xcom("gpu_interruptions")] == [
         (job["jobId"], 1, "SpotReclaim"),
         (job["jobId"], 2, "SpotReclaim"),
     ]
 
 
-@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
-def test_past_the_budget_it_moves_to_the_on_demand_queue(
-    airflow: Airflow, batch_emulator: BatchEmulator, tmp_path: Path, deferrable: bool
-) -> None:
-    reclaimer = Reclaimer(batch_emulator, times=2)
-    reclaimer.start()
-    completed, report = run_scenario(airflow, batch_emulator, tmp_path, "fallback", deferrable)
-    reclaimer.done.set()
-    assert completed.returncode == 0, completed.stdout[-4000:]
-    assert report["result"] == {"total": 465}
-    spot, on_demand = describe(batch_emulator)
+@both_modes("gpu_batch_fallback", injector=lambda: Reclaimer(times=2), conf={"hold": True})
+def test_past_the_budget_it_moves_to_the_on_demand_queue(scenario_run: ScenarioRun) -> None:
+    assert scenario_run.state() == "success"
+    assert_one_try(scenario_run, "success")
+    assert scenario_run.xcom() == {"total": 465}
+    spot, on_demand = describe(scenario_run.emulator)
     assert spot["status"] == "FAILED" and spot["statusReason"].startswith("Host EC2")
     assert len(spot["attempts"]) == 2  # max_interruptions=1: Batch made two attempts
     assert on_demand["status"] == "SUCCEEDED" and on_demand["jobQueue"].endswith("/gpu-on-demand")
     assert spot["jobName"] == on_demand["jobName"] == "train"  # a resubmission keeps the task's job name
-    assert len(report["interruptions"]) == 2
-    assert report["accelerator"] == {"accelerator": "H100:8", "capacity": "on-demand", "queue": "gpu-on-demand"}
-    assert "falling back to on-demand capacity" in completed.stdout
+    assert len(scenario_run.xcom("gpu_interruptions")) == 2
+    assert scenario_run.xcom("gpu_accelerator") == {
+        "accelerator": "H100:8",
+        "capacity": "on-demand",
+        "queue": "gpu-on-demand",
+    }
+    assert "falling back to on-demand capacity" in scenario_run.log()
 
 
-@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
-def test_no_capacity_past_the_timeout_cancels_and_goes_on_demand(
-    airflow: Airflow, batch_emulator: BatchEmulator, tmp_path: Path, deferrable: bool
-) -> None:
-    batch_emulator.stall("gpu-spot-ce")
-    completed, report = run_scenario(airflow, batch_emulator, tmp_path, "capacity", deferrable)
-    assert completed.returncode == 0, completed.stdout[-4000:]
-    assert "ran on gpu-on-demand" in completed.stdout
-    stuck, ran = describe(batch_emulator)
+def stall_spot(emulator: BatchEmulator) -> None:
+    emulator.stall("gpu-spot-ce")
+
+
+@both_modes("gpu_batch_capacity", prepare=stall_spot)
+def test_no_capacity_past_the_timeout_cancels_and_goes_on_demand(scenario_run: ScenarioRun) -> None:
+    assert scenario_run.state() == "success"
+    assert_one_try(scenario_run, "success")
+    assert "ran on gpu-on-demand" in scenario_run.log()
+    stuck, ran = describe(scenario_run.emulator)
     assert stuck["status"] == "FAILED" and stuck["attempts"] == []  # cancelled while RUNNABLE: never starts later
     assert "no capacity" in stuck["statusReason"]
     assert ran["status"] == "SUCCEEDED"
-    assert report["accelerator"]["capacity"] == "on-demand"
+    assert scenario_run.xcom("gpu_accelerator")["capacity"] == "on-demand"
 
 
-@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
-def test_application_failure_fails_without_retries(
-    airflow: Airflow, batch_emulator: BatchEmulator, tmp_path: Path, deferrable: bool
-) -> None:
+@both_modes("gpu_batch_app_failure")
+def test_application_failure_fails_without_retries(scenario_run: ScenarioRun) -> None:
     """Deferrable too: FAILED is final at once, not polled until the waiter gives up (apache/airflow#34017)."""
-    completed, report = run_scenario(airflow, batch_emulator, tmp_path, "app-failure", deferrable)
-    assert "new_state=failed" in completed.stdout  # the run itself ends with the all_done report task
-    assert "up_for_retry" not in completed.stdout and "retry_on_app_failure=False" in completed.stdout
-    [job] = describe(batch_emulator)
+    assert scenario_run.state() == "failed"
+    assert_one_try(scenario_run, "failed")  # retries=2, but a bug is not a preemption
+    assert "retry_on_app_failure=False" in scenario_run.log()
+    [job] = describe(scenario_run.emulator)
     assert len(job["attempts"]) == 1 and job["container"]["exitCode"] == 7
-    assert report["interruptions"] == []
+    assert scenario_run.xcom("gpu_interruptions") == []
 
 
-def test_a_gpu_no_queue_offers_fails_at_once(airflow: Airflow, batch_emulator: BatchEmulator, tmp_path: Path) -> None:
-    completed, _ = run_scenario(airflow, batch_emulator, tmp_path, "no-queue")
-    assert "new_state=failed" in completed.stdout and "up_for_retry" not in completed.stdout
-    assert "no queue can launch B200:8: queue gpu-on-demand (on-demand) offers g5 (A10G)" in completed.stdout
-    assert describe(batch_emulator) == []  # nothing submitted to sit in RUNNABLE
+@scenarios(batch("gpu_batch_no_queue"))
+def test_a_gpu_no_queue_offers_fails_at_once(scenario_run: ScenarioRun) -> None:
+    assert scenario_run.state() == "failed"
+    assert_one_try(scenario_run, "failed")
+    assert "no queue can launch B200:8: queue gpu-on-demand (on-demand) offers g5 (A10G)" in scenario_run.log()
+    assert describe(scenario_run.emulator) == []  # nothing submitted to sit in RUNNABLE
 
 
-def test_mapped_over_five_shards(airflow: Airflow, batch_emulator: BatchEmulator, tmp_path: Path) -> None:
-    completed, report = run_scenario(airflow, batch_emulator, tmp_path, "mapped")
-    assert completed.returncode == 0, completed.stdout[-4000:]
-    assert sorted(r["shard"] for r in report["result"]) == [0, 1, 2, 3, 4]
-    assert sorted(j["jobName"] for j in describe(batch_emulator)) == [f"train-m{i}" for i in range(5)]
+@scenarios(batch("gpu_batch_mapped"))
+def test_mapped_over_five_shards(scenario_run: ScenarioRun) -> None:
+    assert scenario_run.state() == "success"
+    assert sorted(scenario_run.xcom(map_index=i)["shard"] for i in range(5)) == [0, 1, 2, 3, 4]
+    assert sorted(j["jobName"] for j in describe(scenario_run.emulator)) == [f"train-m{i}" for i in range(5)]
 
 
-def test_your_own_job_definition_keeps_its_retry_strategy(
-    airflow: Airflow, batch_emulator: BatchEmulator, tmp_path: Path
-) -> None:
-    """The spec travels as overrides; the definition's retryStrategy is not overwritten (apache/airflow#39607)."""
-    batch = batch_emulator.client("batch")
-    own = batch.register_job_definition(
+def register_team_trainer(emulator: BatchEmulator) -> None:
+    emulator.client("batch").register_job_definition(
         jobDefinitionName="team-trainer",
         type="container",
         containerProperties={
@@ -175,14 +195,20 @@ def test_your_own_job_definition_keeps_its_retry_strategy(
             "resourceRequirements": [{"type": "VCPU", "value": "2"}, {"type": "MEMORY", "value": "4096"}],
         },
         retryStrategy={"attempts": 2},
-    )["jobDefinitionArn"]
-    completed, _ = run_scenario(airflow, batch_emulator, tmp_path, "own-definition")
-    assert "new_state=failed" in completed.stdout
-    [job] = describe(batch_emulator)
-    assert job["jobDefinition"] == own
+    )
+
+
+@scenarios(batch("gpu_batch_own_definition", prepare=register_team_trainer))
+def test_your_own_job_definition_keeps_its_retry_strategy(scenario_run: ScenarioRun) -> None:
+    """The spec travels as overrides; the definition's retryStrategy is not overwritten (apache/airflow#39607)."""
+    emulator = scenario_run.emulator
+    assert scenario_run.state() == "failed"
+    [job] = describe(emulator)
+    own = emulator.client("batch").describe_job_definitions(jobDefinitionName="team-trainer")["jobDefinitions"]
+    assert [d["jobDefinitionArn"] for d in own] == [job["jobDefinition"]]  # used as is, no new revision
     assert len(job["attempts"]) == 2  # the definition's own retryStrategy ran
-    [emulated] = batch_emulator.jobs()
+    [emulated] = emulator.jobs()
     assert emulated.resources()["GPU"] == 2  # the spec's GPUs reached Batch as an override
     [host] = instance_offers([emulated.instance_type])
     assert host.instance_type.accelerators >= 2  # Batch picks the type among the queue's; the count holds
-    assert "own definition attempt 2" in completed.stdout
+    assert "own definition attempt 2" in scenario_run.log()

@@ -1,159 +1,217 @@
-"""``GPUKubernetesOperator`` end to end: a real ``airflow dags test`` (``dag.test()``) against the
-Kubernetes emulator, with spot preemptions injected while the task runs."""
+"""``GPUKubernetesOperator`` end to end: each scenario of tests/e2e/stack_dags/gpu_kubernetes_scenarios.py
+runs on the shared Airflow stack (a real worker per try, the real triggerer for deferrable tasks)
+against a Kubernetes emulator of its own, with spot preemptions injected while the task runs; one
+of them also through ``airflow dags test`` (``dag.test()``), the way users test their DAGs."""
 
 from __future__ import annotations
 
 import json
 import subprocess
-import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes import client, config
 
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
-from airflow_gpu.testing.polling import wait_for
+from tests.e2e.scenarios import STACK_DAGS, Injector, Scenario, ScenarioRun, scenarios
 
 pytestmark = pytest.mark.slow
 
 Airflow = Callable[..., subprocess.CompletedProcess[str]]
+SPOT_NODES = ("gpu-spot-1", "gpu-spot-2")
 
 
-def run_scenario(
-    airflow: Airflow, emulator: KubernetesEmulator, tmp_path: Path, scenario: str, deferrable: bool = False
-) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    result_file = tmp_path / "result.json"
-    completed = airflow(
-        "dags", "test", "gpu_kubernetes",
-        KUBECONFIG=str(emulator.kubeconfig_path), GPU_SCENARIO=scenario, RESULT_FILE=str(result_file),
-        CHECKPOINT_FILE=str(tmp_path / "checkpoint.json"), GPU_DEFERRABLE="1" if deferrable else "0",
-    )  # fmt: skip
-    report = json.loads(result_file.read_text()) if result_file.exists() else {}
-    return completed, report
+def core_api(emulator: KubernetesEmulator) -> client.CoreV1Api:
+    return client.CoreV1Api(config.new_client_from_config(str(emulator.kubeconfig_path)))
 
 
-class Preempter(threading.Thread):
-    """Preempts the first ``times`` pods of the task once they have run for a moment."""
+def train_pods(emulator: KubernetesEmulator) -> list[client.V1Pod]:
+    return list(core_api(emulator).list_namespaced_pod("default", label_selector="task_id=train").items)
 
-    def __init__(self, emulator: KubernetesEmulator, times: int) -> None:
-        super().__init__(daemon=True)
-        self.emulator, self.times, self.preempted = emulator, times, []
-        self.api = client.CoreV1Api(config.new_client_from_config(str(emulator.kubeconfig_path)))
-        self.stop = threading.Event()
 
-    def run(self) -> None:
+def steps(api: client.CoreV1Api, pod: str) -> int:
+    """How many training steps the pod has printed (its log, raw: the client's decoding mangles it)."""
+    log = api.read_namespaced_pod_log(pod, "default", _preload_content=False).data.decode()
+    return sum(line.startswith("step ") for line in log.splitlines())
+
+
+class Preempter(Injector):
+    """Preempts the first ``times`` pods of the task once each has made progress (printed 3 steps)."""
+
+    def __init__(self, times: int) -> None:
+        super().__init__()
+        self.times, self.preempted = times, []
+
+    def inject(self) -> None:
+        api = core_api(self.emulator)
         while len(self.preempted) < self.times and not self.stop.is_set():
-            for pod in self.api.list_namespaced_pod("default", label_selector="task_id=train").items:
+            for pod in api.list_namespaced_pod("default", label_selector="task_id=train").items:
                 name = pod.metadata.name
-                if pod.status.phase == "Running" and name not in self.preempted:
-                    time.sleep(0.8)  # let it make progress
+                if pod.status.phase != "Running" or name in self.preempted:
+                    continue
+                if steps(api, name) >= 3:
                     self.emulator.preempt(name)
                     self.preempted.append(name)
-            time.sleep(0.1)
+            self.stop.wait(0.1)
 
 
-def test_single_gpu_pod(airflow: Airflow, kubernetes_emulator: KubernetesEmulator, tmp_path: Path) -> None:
-    completed, report = run_scenario(airflow, kubernetes_emulator, tmp_path, "single")
-    assert completed.returncode == 0, completed.stdout[-4000:]
-    assert "accelerator=L4 capacity=any" in completed.stdout
-    assert report == {"interruptions": [], "accelerator": {"accelerator": "L4", "capacity": "any"}}
+class PendingPodDeleter(Injector):
+    """Deletes the task's first pod while it is Pending (the spot nodes are cordoned until then)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.deleted: list[str] = []
+
+    def inject(self) -> None:
+        api = core_api(self.emulator)
+        try:
+            while not self.stop.is_set():
+                pending = [p.metadata.name for p in train_pods(self.emulator) if p.status.phase == "Pending"]
+                if pending:
+                    api.delete_namespaced_pod(pending[0], "default", grace_period_seconds=0)  # ...and is gone
+                    self.deleted.append(pending[0])
+                    return
+                self.stop.wait(0.1)
+        finally:
+            for node in SPOT_NODES:
+                self.emulator.cordon(node, unschedulable=False)
 
 
-@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
-def test_preemption_resumes_from_checkpoint(
-    airflow: Airflow, kubernetes_emulator: KubernetesEmulator, tmp_path: Path, deferrable: bool
-) -> None:
-    preempter = Preempter(kubernetes_emulator, times=2)
-    preempter.start()
-    completed, report = run_scenario(airflow, kubernetes_emulator, tmp_path, "preempt", deferrable)
-    preempter.stop.set()
-    assert completed.returncode == 0, completed.stdout[-4000:]
-    assert "result 465" in completed.stdout  # sum(1..30): the same answer as without preemptions
-    assert completed.stdout.count("SIGTERM at step") == 2
-    assert "notice True" in completed.stdout  # the preStop hook wrote the spot notice before SIGTERM
-    interruptions = report["interruptions"]
+def cordon_spot_nodes(emulator: KubernetesEmulator) -> None:
+    for node in SPOT_NODES:  # the first pod stays Pending
+        emulator.cordon(node)
+
+
+def kube(
+    dag_id: str,
+    prepare: Callable[[KubernetesEmulator], None] | None = None,
+    injector: Callable[[], Injector] | None = None,
+) -> Scenario:
+    return Scenario(dag_id, "kubernetes", prepare=prepare, injector=injector)
+
+
+def both_modes(
+    dag_id: str,
+    prepare: Callable[[KubernetesEmulator], None] | None = None,
+    injector: Callable[[], Injector] | None = None,
+) -> pytest.MarkDecorator:
+    return scenarios(
+        kube(dag_id, prepare, injector), kube(f"{dag_id}_deferrable", prepare, injector), ids=["sync", "deferrable"]
+    )
+
+
+def scheduled(emulator: KubernetesEmulator) -> list[str]:
+    """Where the scheduler put each of the task's pods, ever (its Scheduled events outlive the pods)."""
+    events = core_api(emulator).list_namespaced_event("default").items
+    return [e.message for e in events if e.reason == "Scheduled" and e.involved_object.name.startswith("train-")]
+
+
+def assert_one_try(run: ScenarioRun, state: str) -> None:
+    """The task ended ``state`` in its first try: no retry was ever scheduled, whatever ``retries`` says."""
+    assert [(t["try_number"], t["state"]) for t in run.tries()] == [(1, state)]
+
+
+@scenarios(kube("gpu_kubernetes_single"))
+def test_single_gpu_pod(scenario_run: ScenarioRun) -> None:
+    assert scenario_run.state() == "success"
+    assert_one_try(scenario_run, "success")
+    assert "accelerator=L4 capacity=any" in scenario_run.log()
+    assert scenario_run.xcom("gpu_interruptions") == []
+    assert scenario_run.xcom("gpu_accelerator") == {"accelerator": "L4", "capacity": "any"}
+    assert train_pods(scenario_run.emulator) == []  # deleted when done, as KPO does
+
+
+def assert_resumed_after_two_preemptions(run: ScenarioRun, deferrable: bool) -> None:
+    assert run.state() == "success"
+    assert_one_try(run, "success")  # both preemptions were absorbed inside the try
+    log = run.log()
+    assert "result 465" in log  # sum(1..30): the same answer as without preemptions
+    assert log.count("SIGTERM at step") == 2
+    assert "notice True" in log  # the preStop hook wrote the spot notice before SIGTERM
+    assert isinstance(run.injector, Preempter)
+    preempted = run.injector.preempted
+    interruptions = run.xcom("gpu_interruptions")
     assert [i["reason"] for i in interruptions] == ["TerminationByKubelet", "TerminationByKubelet"]
-    assert [i["pod"] for i in interruptions] == preempter.preempted
-    assert [f["pod"] for f in kubernetes_emulator.faults] == preempter.preempted  # injected == seen
-    assert report["accelerator"] == {"accelerator": "H100:8", "capacity": "spot"}
+    assert [i["pod"] for i in interruptions] == preempted
+    assert [f["pod"] for f in run.emulator.faults] == preempted  # injected == seen
+    assert run.xcom("gpu_accelerator") == {"accelerator": "H100:8", "capacity": "spot"}
     if deferrable:
-        assert completed.stdout.count("Pausing task as DEFERRED") >= 3  # one deferral per pod
+        assert log.count("Pausing task as DEFERRED") >= 3  # one deferral per pod
 
 
-@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
-def test_pod_deleted_before_it_starts_is_resubmitted(
-    airflow: Airflow, kubernetes_emulator: KubernetesEmulator, tmp_path: Path, deferrable: bool
-) -> None:
-    """apache/airflow#59626: a pod preempted before it starts is a 404, not a failed task."""
-    api = client.CoreV1Api(config.new_client_from_config(str(kubernetes_emulator.kubeconfig_path)))
-    spot_nodes = ["gpu-spot-1", "gpu-spot-2"]
-    for node in spot_nodes:  # the first pod stays Pending...
-        kubernetes_emulator.cordon(node)
-    deleted: list[str] = []
-
-    def delete_the_pending_pod() -> None:
-        def pending() -> list[str]:
-            pods = api.list_namespaced_pod("default", label_selector="task_id=train").items
-            return [p.metadata.name for p in pods if p.status.phase == "Pending"]
-
-        names = wait_for(pending, 120, "the task's pod to be Pending", interval=0.1)
-        api.delete_namespaced_pod(names[0], "default", grace_period_seconds=0)  # ...and is gone
-        deleted.append(names[0])
-        for node in spot_nodes:
-            kubernetes_emulator.cordon(node, unschedulable=False)
-
-    deleter = threading.Thread(target=delete_the_pending_pod, daemon=True)
-    deleter.start()
-    try:
-        completed, report = run_scenario(airflow, kubernetes_emulator, tmp_path, "vanish", deferrable)
-    finally:
-        for node in spot_nodes:
-            kubernetes_emulator.cordon(node, unschedulable=False)
-    assert completed.returncode == 0, completed.stdout[-4000:]
-    assert "ran attempt 2" in completed.stdout
-    assert [(i["pod"], i["reason"]) for i in report["interruptions"]] == [(deleted[0], "PodDeleted")]
+@both_modes("gpu_kubernetes_preempt", injector=lambda: Preempter(times=2))
+def test_preemption_resumes_from_checkpoint(scenario_run: ScenarioRun) -> None:
+    assert_resumed_after_two_preemptions(scenario_run, scenario_run.dag_id.endswith("_deferrable"))
 
 
-@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
-def test_fallback_to_on_demand_then_next_candidate(
-    airflow: Airflow, kubernetes_emulator: KubernetesEmulator, tmp_path: Path, deferrable: bool
-) -> None:
-    preempter = Preempter(kubernetes_emulator, times=1)
-    preempter.start()
-    completed, report = run_scenario(airflow, kubernetes_emulator, tmp_path, "fallback", deferrable)
-    preempter.stop.set()
-    assert completed.returncode == 0, completed.stdout[-4000:]
-    assert "result 465" in completed.stdout
-    assert "falling back to on-demand capacity" in completed.stdout
-    assert "trying the next accelerator candidate" in completed.stdout
-    assert len(report["interruptions"]) == 1
-    assert report["accelerator"] == {"accelerator": "L4:4", "capacity": "on-demand"}
-
-
-def test_unschedulable_moves_to_the_next_candidate(
+def test_dag_test_runs_a_deferrable_preemption_in_one_process(
     airflow: Airflow, kubernetes_emulator: KubernetesEmulator, tmp_path: Path
 ) -> None:
-    completed, report = run_scenario(airflow, kubernetes_emulator, tmp_path, "unschedulable")
+    """``airflow dags test`` (``dag.test()``), as users run their DAGs against the emulator in their
+    own tests: the deferrable path with its trigger run inline, two preemptions, one answer."""
+    preempter = Preempter(times=2)
+    preempter.emulator = kubernetes_emulator
+    preempter.start()
+    conf = {"workdir": str(tmp_path), "kubeconfig": str(kubernetes_emulator.kubeconfig_path)}
+    completed = airflow(
+        "dags", "test", "gpu_kubernetes_preempt_deferrable", "--conf", json.dumps(conf),
+        "--dagfile-path", str(STACK_DAGS / "gpu_kubernetes_scenarios.py"),  # parse this file only
+    )  # fmt: skip
+    preempter.stop.set()
+    preempter.join(timeout=30)
+    assert preempter.error is None
     assert completed.returncode == 0, completed.stdout[-4000:]
-    assert "ran on L4:2" in completed.stdout
-    assert report["accelerator"] == {"accelerator": "L4:2", "capacity": "on-demand"}
-    api = client.CoreV1Api(config.new_client_from_config(str(kubernetes_emulator.kubeconfig_path)))
-    assert all(p.spec.node_name for p in api.list_namespaced_pod("default").items)  # no pending pod left behind
+    assert "result 465" in completed.stdout
+    assert completed.stdout.count("SIGTERM at step") == 2
+    assert completed.stdout.count("Pausing task as DEFERRED") >= 3
+    assert "new_state=success" in completed.stdout
+    assert [f["pod"] for f in kubernetes_emulator.faults] == preempter.preempted
 
 
-@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
-def test_application_failure_fails_without_retries(
-    airflow: Airflow, kubernetes_emulator: KubernetesEmulator, tmp_path: Path, deferrable: bool
-) -> None:
-    completed, report = run_scenario(airflow, kubernetes_emulator, tmp_path, "app-failure", deferrable)
+@both_modes("gpu_kubernetes_vanish", prepare=cordon_spot_nodes, injector=PendingPodDeleter)
+def test_pod_deleted_before_it_starts_is_resubmitted(scenario_run: ScenarioRun) -> None:
+    """apache/airflow#59626: a pod preempted before it starts is a 404, not a failed task."""
+    assert scenario_run.state() == "success"
+    assert_one_try(scenario_run, "success")
+    assert "ran attempt 2" in scenario_run.log()
+    assert isinstance(scenario_run.injector, PendingPodDeleter)
+    [deleted] = scenario_run.injector.deleted
+    assert [(i["pod"], i["reason"]) for i in scenario_run.xcom("gpu_interruptions")] == [(deleted, "PodDeleted")]
+
+
+@both_modes("gpu_kubernetes_fallback", injector=lambda: Preempter(times=1))
+def test_fallback_to_on_demand_then_next_candidate(scenario_run: ScenarioRun) -> None:
+    assert scenario_run.state() == "success"
+    assert_one_try(scenario_run, "success")
+    log = scenario_run.log()
+    assert "result 465" in log
+    assert "falling back to on-demand capacity" in log
+    assert "trying the next accelerator candidate" in log
+    assert len(scenario_run.xcom("gpu_interruptions")) == 1
+    assert scenario_run.xcom("gpu_accelerator") == {"accelerator": "L4:4", "capacity": "on-demand"}
+
+
+@scenarios(kube("gpu_kubernetes_unschedulable"))
+def test_unschedulable_moves_to_the_next_candidate(scenario_run: ScenarioRun) -> None:
+    assert scenario_run.state() == "success"
+    assert "ran on L4:2" in scenario_run.log()
+    assert scenario_run.xcom("gpu_accelerator") == {"accelerator": "L4:2", "capacity": "on-demand"}
+    pods = core_api(scenario_run.emulator).list_namespaced_pod("default").items
+    assert all(p.spec.node_name for p in pods)  # no pending pod left behind
+    events = core_api(scenario_run.emulator).list_namespaced_event("default").items
+    assert any(e.reason == "FailedScheduling" for e in events)  # the B200 pod found no node...
+    [placed] = scheduled(scenario_run.emulator)  # ...and only the L4 pod ever ran
+    assert placed.endswith(" to gpu-on-demand-1"), placed
+
+
+@both_modes("gpu_kubernetes_app_failure")
+def test_application_failure_fails_without_retries(scenario_run: ScenarioRun) -> None:
     # The task has retries=2, but a bug is not a preemption: failed at once, never up_for_retry.
-    assert "new_state=failed" in completed.stdout
-    assert "up_for_retry" not in completed.stdout
-    assert "the application failed (container base failed: exit code 7)" in completed.stdout
-    assert "retry_on_app_failure=False" in completed.stdout
-    api = client.CoreV1Api(config.new_client_from_config(str(kubernetes_emulator.kubeconfig_path)))
-    assert len(api.list_namespaced_pod("default", label_selector="task_id=train").items) <= 1  # no retry pods
-    assert report["interruptions"] == []
+    assert scenario_run.state() == "failed"
+    assert_one_try(scenario_run, "failed")
+    log = scenario_run.log()
+    assert "the application failed (container base failed: exit code 7)" in log
+    assert "retry_on_app_failure=False" in log
+    assert len(scheduled(scenario_run.emulator)) == 1  # one pod, ever: no retry pods
+    assert scenario_run.xcom("gpu_interruptions") == []

@@ -1,11 +1,17 @@
 """The example DAGs on a real Airflow stack, driven through REST API v2 exactly as the UI does
-(token, unpause, POST dagRuns with conf), with one spot preemption injected while it runs."""
+(token, unpause, POST dagRuns with conf), with one spot preemption injected while it runs.
+
+The fan-out test covers what tests/e2e/test_gpu_fanout.py checked through ``airflow dags test``
+before it was merged here: every shard's result through XCom into the reduce step, one
+preemption absorbed and reported, and every shard pod on the H100 spot nodes."""
 
 from __future__ import annotations
 
+import hashlib
 import threading
 
 import pytest
+from kubernetes import client, config
 
 from airflow_gpu.testing.airflow_stack import AirflowStack
 from airflow_gpu.testing.batch.emulator import BatchEmulator
@@ -19,15 +25,24 @@ from airflow_gpu.testing.demo import (
     watch_run,
 )
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
-from tests.e2e.test_gpu_fanout import expected_total
+from tests.e2e.scenarios import render
 
 pytestmark = pytest.mark.slow
+
+
+def expected_total(shards: int, rows: int) -> int:
+    """What dags/gpu_fanout.py's SCORE_SHARD computes, summed over the shards."""
+    return sum(
+        int(hashlib.sha256(f"{shard}:{row}".encode()).hexdigest()[:4], 16) % 7
+        for shard in range(shards)
+        for row in range(rows)
+    )
 
 
 def test_fanout_through_the_rest_api(airflow_stack: tuple[AirflowStack, KubernetesEmulator]) -> None:
     stack, emulator = airflow_stack
     stack.wait_for_dag(DAG_ID)
-    run_id = stack.trigger(DAG_ID, {"shards": 4, "rows": 1000})
+    run_id = stack.trigger(DAG_ID)  # the DAG's own params, as the UI's trigger button sends them: 5 x 2000
     done, lines = threading.Event(), []
     injector = threading.Thread(target=inject_preemption, args=(emulator, done, lines.append), daemon=True)
     injector.start()
@@ -37,23 +52,41 @@ def test_fanout_through_the_rest_api(airflow_stack: tuple[AirflowStack, Kubernet
 
     instances = stack.task_instances(DAG_ID, run_id)
     shards = sorted((ti for ti in instances if ti["task_id"] == "score_shard"), key=lambda ti: ti["map_index"])
-    assert [ti["map_index"] for ti in shards] == [0, 1, 2, 3]  # one mapped instance per shard
-    assert {ti["rendered_map_index"] for ti in shards} == {"shard 0", "shard 1", "shard 2", "shard 3"}
+    assert [ti["map_index"] for ti in shards] == [0, 1, 2, 3, 4]  # one mapped instance per shard
+    assert {ti["rendered_map_index"] for ti in shards} == {f"shard {i}" for i in range(5)}
     assert {ti["state"] for ti in instances} == {"success"}
     assert all(ti["try_number"] == 1 for ti in shards)  # the preemption was absorbed inside the try
 
-    interruptions = [stack.xcom(DAG_ID, run_id, "score_shard", "gpu_interruptions", i) for i in range(4)]
+    interruptions = [stack.xcom(DAG_ID, run_id, "score_shard", "gpu_interruptions", i) for i in range(5)]
     preempted = [fault["pod"] for fault in emulator.faults if fault["fault"] == "preempt"]
     assert len(preempted) == 1
     assert [i["pod"] for items in interruptions for i in items] == preempted  # injected == reported
     assert all(i["reason"] == "TerminationByKubelet" for items in interruptions for i in items)
-    results = [stack.xcom(DAG_ID, run_id, "score_shard", map_index=i) for i in range(4)]
-    assert [r["shard"] for r in results] == [0, 1, 2, 3]
+    results = [stack.xcom(DAG_ID, run_id, "score_shard", map_index=i) for i in range(5)]
+    assert [r["shard"] for r in results] == [0, 1, 2, 3, 4]
     assert stack.xcom(DAG_ID, run_id, "reduce") == {
-        "succeeded": 4,
-        "shards": 4,
-        "total_score": expected_total(4, 1000),
+        "succeeded": 5,
+        "shards": 5,
+        "total_score": expected_total(5, 2000),
     }
+
+    # The task logs tell the same story: the reduce step's summary, the preempted shard's warning.
+    logs = stack.home / "logs" / f"dag_id={DAG_ID}" / f"run_id={run_id}"
+    reduce_log = render((logs / "task_id=reduce" / "attempt=1.log").read_text())
+    assert "5 of 5 shards succeeded (100%)" in reduce_log
+    assert f"total score {expected_total(5, 2000)} over 10000 rows" in reduce_log
+    shard_files = (logs / "task_id=score_shard").glob("map_index=*/attempt=1.log")
+    shard_logs = "".join(render(f.read_text()) for f in shard_files)
+    assert shard_logs.count("GPU interruption 1: preempted (TerminationByKubelet)") == 1
+    # Every shard pod ever scheduled (the preempted one included) went to an H100 spot node.
+    api = client.CoreV1Api(config.new_client_from_config(str(emulator.kubeconfig_path)))
+    scheduled = [
+        e.message
+        for e in api.list_namespaced_event("default").items
+        if e.reason == "Scheduled" and e.involved_object.name.startswith("score-shard-")
+    ]
+    assert len(scheduled) == 6  # five shards and the preempted shard's replacement
+    assert all(m.endswith((" to gpu-spot-1", " to gpu-spot-2")) for m in scheduled), scheduled
 
     printed: list[str] = []
     report(stack, run_id, printed.append)  # what `make demo` prints at the end
