@@ -23,3 +23,10 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
     os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
     os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{home / 'airflow.db'}"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The end-to-end tests last: the Airflow stack they start lives until the session ends, and
+    its scheduler would otherwise keep a core busy through every unit test after them."""
+    e2e = REPO / "tests" / "e2e"
+    items.sort(key=lambda item: item.path.is_relative_to(e2e))

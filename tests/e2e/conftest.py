@@ -127,7 +127,11 @@ def _scenarios_under_way(request: pytest.FixtureRequest) -> None:
 
 
 @pytest.fixture
-def scenario_run(request: pytest.FixtureRequest, scenario_launcher: ScenarioLauncher) -> ScenarioRun:
-    """The run of the scenario the test is parametrized with (``scenarios(...)``), ended."""
+def scenario_run(request: pytest.FixtureRequest, scenario_launcher: ScenarioLauncher) -> Iterator[ScenarioRun]:
+    """The run of the scenario the test is parametrized with (``scenarios(...)``), ended; its
+    emulator stops with the test, so that nothing of it keeps ticking through the tests after."""
     scenario: Scenario = request.param
-    return scenario_launcher.runs[scenario.dag_id].wait()
+    try:
+        yield scenario_launcher.runs[scenario.dag_id].wait()
+    finally:
+        scenario_launcher.finish(scenario.dag_id)

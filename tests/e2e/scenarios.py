@@ -245,6 +245,14 @@ class ScenarioLauncher:
         except urllib.error.HTTPError as error:
             raise RuntimeError(f"creating {scenario.connection_id}: {error.read().decode()[:500]}") from error
 
+    def finish(self, dag_id: str) -> None:
+        """Stop one scenario's injector and emulator (with every process it started)."""
+        run = self.runs[dag_id]
+        if run.injector is not None:
+            run.injector.stop.set()
+            run.injector.join(timeout=30)
+        run.emulator.stop()
+
     def close(self) -> None:
         """Stop every injector, then every emulator (each one's processes with it), whatever fails."""
         with contextlib.ExitStack() as stack:
