@@ -42,8 +42,8 @@ while state["step"] < 30:
     if os.environ["HOLD"] == "True" and state["step"] == first + 3:
         print("attempt", attempt, "holding at step", state["step"], flush=True)
         while not os.path.exists(os.environ["RELEASE_FILE"]):
-            time.sleep(0.05)
-    time.sleep(0.1)
+            time.sleep(0.05)  # the workload polls for the test's release file: an observable state
+    time.sleep(0.1)  # the step's work: the workload runs for a while, the test waits on its log lines
 print("::airflow-gpu-result::" + json.dumps({"total": state["total"]}), flush=True)
 """
 QUEUES = {"spot": "gpu-spot", "on-demand": "gpu-on-demand"}

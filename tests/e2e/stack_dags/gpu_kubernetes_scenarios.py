@@ -36,7 +36,7 @@ while state["step"] < 30:
     state["step"] += 1
     state["total"] += state["step"]
     print("step", state["step"], flush=True)
-    time.sleep(0.1)
+    time.sleep(0.1)  # the step's work: the workload runs for a while, the test waits on its log lines
 print("result", state["total"], flush=True)
 """
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
