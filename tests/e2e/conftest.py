@@ -67,7 +67,7 @@ def airflow_stack(
     import shutil
 
     root = tmp_path_factory.mktemp("stack")
-    dags = root / "dags"  # the shipped example DAGs and the lifecycle test DAGs, side by side
+    dags = root / "dags"  # the shipped example DAGs, the lifecycle and the scenario DAGs, side by side
     shutil.copytree(Path(__file__).resolve().parents[2] / "dags", dags, ignore=shutil.ignore_patterns("__pycache__"))
     for dag_file in STACK_DAGS.glob("*.py"):
         shutil.copy(dag_file, dags)
