@@ -254,13 +254,7 @@ class ScenarioLauncher:
         run.emulator.stop()
 
     def close(self) -> None:
-        """Stop every injector, then every emulator (each one's processes with it), whatever fails."""
+        """Finish every scenario (injector, then emulator with its processes), whatever fails."""
         with contextlib.ExitStack() as stack:
-            for run in self.runs.values():
-                stack.callback(run.emulator.stop)
-            for run in self.runs.values():
-                if run.injector is not None:
-                    run.injector.stop.set()
-            for run in self.runs.values():
-                if run.injector is not None:
-                    run.injector.join(timeout=30)
+            for dag_id in self.runs:
+                stack.callback(self.finish, dag_id)
