@@ -1,77 +1,26 @@
 """The AWS Batch emulator through boto3, the way the amazon provider talks to AWS.
 
-Jobs run as real local processes, their output lands in CloudWatch Logs, and faults (spot
-reclaim, no capacity, termination) change what DescribeJobs reports exactly as on AWS.
+Jobs run as real local processes, their output lands in CloudWatch Logs (after the ingestion
+delay, so the tests wait for lines as a client of AWS must), and faults (spot reclaim, no
+capacity, termination) change what DescribeJobs reports exactly as on AWS.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from airflow_gpu.testing.batch.emulator import BatchEmulator
 from airflow_gpu.testing.polling import wait_for
+from tests.testing.batch.api import describe, final, logged, register, status_is
 
 SPOT_RETRY = {
     "attempts": 3,
     "evaluateOnExit": [{"onStatusReason": "Host EC2*", "action": "RETRY"}, {"onReason": "*", "action": "EXIT"}],
 }
-
-
-@pytest.fixture(scope="module")
-def emulator() -> Iterator[BatchEmulator]:
-    with BatchEmulator(stop_timeout=2) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def batch(emulator: BatchEmulator) -> Any:
-    return emulator.client("batch")
-
-
-def register(batch: Any, name: str, command: list[str], gpus: int = 1, retry: dict[str, Any] | None = None) -> str:
-    answer = batch.register_job_definition(
-        jobDefinitionName=name,
-        type="container",
-        containerProperties={
-            "image": "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime",
-            "command": command,
-            "environment": [{"name": "FROM_DEFINITION", "value": "yes"}],
-            "resourceRequirements": [
-                {"type": "GPU", "value": str(gpus)},
-                {"type": "VCPU", "value": "4"},
-                {"type": "MEMORY", "value": "15000"},
-            ],
-        },
-        **({"retryStrategy": retry} if retry else {}),
-    )
-    return str(answer["jobDefinitionArn"])
-
-
-def describe(batch: Any, job_id: str) -> dict[str, Any]:
-    job: dict[str, Any] = batch.describe_jobs(jobs=[job_id])["jobs"][0]
-    return job
-
-
-def final(batch: Any, job_id: str, timeout: float = 60) -> dict[str, Any]:
-    return wait_for(
-        lambda: (job := describe(batch, job_id))["status"] in ("SUCCEEDED", "FAILED") and job,
-        timeout,
-        f"job {job_id} to finish",
-    )
-
-
-def status_is(batch: Any, job_id: str, status: str) -> Any:
-    return wait_for(lambda: (job := describe(batch, job_id))["status"] == status and job, 60, f"{job_id} {status}")
-
-
-def log_lines(emulator: BatchEmulator, stream: str) -> list[str]:
-    events = emulator.client("logs").get_log_events(logGroupName="/aws/batch/job", logStreamName=stream)["events"]
-    return [e["message"] for e in events]
 
 
 def test_the_demo_account(batch: Any) -> None:
@@ -107,7 +56,7 @@ def test_a_job_walks_through_the_states_runs_and_logs(emulator: BatchEmulator, b
     assert attempt["container"]["exitCode"] == 0 and attempt["statusReason"] == "Essential container in task exited"
     assert job["container"]["exitCode"] == 0
     assert job["container"]["logStreamName"] == attempt["container"]["logStreamName"]
-    assert log_lines(emulator, attempt["container"]["logStreamName"]) == [
+    assert logged(emulator, attempt["container"]["logStreamName"], 1) == [
         f"job={job_id} attempt=1 queue=gpu-spot ce=gpu-spot-ce def=yes over=1"
     ]
     env = {e["name"] for e in job["container"]["environment"]}
@@ -119,8 +68,10 @@ def test_gpu_jobs_start_only_where_an_instance_type_has_the_gpus(batch: Any) -> 
     job_id = batch.submit_job(jobName="sixteen", jobQueue="gpu-spot", jobDefinition=definition)["jobId"]
     job = wait_for(lambda: (j := describe(batch, job_id)).get("statusReason") and j, 30, "a RUNNABLE reason")
     assert job["status"] == "RUNNABLE"
-    assert job["statusReason"].startswith("MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT")
-    assert "GPU: 16" in job["statusReason"]
+    assert job["statusReason"] == (  # the AWS Batch User Guide's words: no numbers, no CE names
+        "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT - The job resource requirement (vCPU/memory/GPU) is higher "
+        "than that can be met by the CE(s) attached to the job queue."
+    )
     batch.cancel_job(jobId=job_id, reason="no such instance")
     cancelled = final(batch, job_id)
     assert cancelled["status"] == "FAILED" and cancelled["statusReason"] == "no such instance"
@@ -134,7 +85,10 @@ def test_no_capacity_keeps_jobs_runnable_until_released(emulator: BatchEmulator,
         job_id = batch.submit_job(jobName="stuck", jobQueue="gpu-spot", jobDefinition=definition)["jobId"]
         job = wait_for(lambda: (j := describe(batch, job_id)).get("statusReason") and j, 30, "a RUNNABLE reason")
         assert job["status"] == "RUNNABLE"
-        assert job["statusReason"].startswith("CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY")
+        assert job["statusReason"] == (
+            "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY - Service cannot fulfill the capacity requested for "
+            "instance type p4d.24xlarge"  # the smallest spot type with 8 GPUs
+        )
         other = batch.submit_job(jobName="other", jobQueue="gpu-on-demand", jobDefinition=definition)["jobId"]
         assert final(batch, other)["status"] == "SUCCEEDED"  # the on-demand environment has capacity
     finally:
@@ -160,8 +114,8 @@ def test_spot_reclaim_is_retried_by_batch_then_succeeds(emulator: BatchEmulator,
     assert first["statusReason"] == f"Host EC2 (instance {instance}) terminated."
     assert first["container"]["exitCode"] == 143
     assert second["container"]["exitCode"] == 0
-    assert log_lines(emulator, first["container"]["logStreamName"]) == ["attempt 1", "got SIGTERM"]
-    assert log_lines(emulator, second["container"]["logStreamName"]) == ["attempt 2", "done"]
+    assert logged(emulator, first["container"]["logStreamName"], 2) == ["attempt 1", "got SIGTERM"]
+    assert logged(emulator, second["container"]["logStreamName"], 2) == ["attempt 2", "done"]
     assert emulator.faults[-1] == {"fault": "reclaim", "job": job_id, "instance": instance, "hard": False}
 
 
@@ -209,7 +163,7 @@ def test_terminate_kills_a_job_that_ignores_sigterm(emulator: BatchEmulator, bat
     job_id = batch.submit_job(jobName="stubborn", jobQueue="gpu-spot", jobDefinition=definition)["jobId"]
     status_is(batch, job_id, "RUNNING")
     stream = wait_for(lambda: describe(batch, job_id)["container"].get("logStreamName"), 10, "a stream")
-    pid = int(wait_for(lambda: log_lines(emulator, stream), 10, "the pid")[0])
+    pid = int(logged(emulator, stream, 1)[0])
     batch.terminate_job(jobId=job_id, reason="stop")
     job = final(batch, job_id, timeout=30)
     assert job["attempts"][0]["container"]["exitCode"] == 137  # SIGKILL after stop_timeout

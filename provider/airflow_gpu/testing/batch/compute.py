@@ -8,6 +8,7 @@ the emulator starts from the same calls a Terraform module would make.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -32,9 +33,14 @@ class ComputeEnvironmentSpec:
 
 @dataclass(frozen=True)
 class QueueSpec:
+    """A job queue; ``job_state_time_limit_actions`` as CreateJobQueue takes them, e.g.
+    ``{"reason": "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY", "state": "RUNNABLE", "maxTimeSeconds": 600,
+    "action": "CANCEL"}`` (the emulator takes ``maxTimeSeconds`` below AWS's minimum of 600)."""
+
     name: str
     compute_environments: tuple[str, ...]
     priority: int = 1
+    job_state_time_limit_actions: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,7 @@ def create(setup: BatchSetup, clients: Any) -> None:
             computeResources=resources,
         )["computeEnvironmentArn"]
     for queue in setup.queues:
+        limits = [dict(action) for action in queue.job_state_time_limit_actions]
         batch.create_job_queue(
             jobQueueName=queue.name,
             state="ENABLED",
@@ -104,5 +111,6 @@ def create(setup: BatchSetup, clients: Any) -> None:
             computeEnvironmentOrder=[
                 {"order": i + 1, "computeEnvironment": arns[name]} for i, name in enumerate(queue.compute_environments)
             ],
+            **({"jobStateTimeLimitActions": limits} if limits else {}),
         )
     logs.create_log_group(logGroupName=LOG_GROUP)

@@ -1,12 +1,14 @@
 """The driver: what AWS Batch's scheduler, ECS agent and Docker do to a job, over real time.
 
 Each tick it moves every job one step: SUBMITTED -> RUNNABLE (or PENDING behind dependencies)
--> STARTING once a compute environment of the job's queue offers an instance type with the GPUs,
-vCPUs and memory it asks for -> RUNNING with the container command as a local process (own
-process group, the Batch environment variables) -> SUCCEEDED or FAILED, with each attempt in
-``attempts[]`` as AWS reports it and the output in CloudWatch Logs under the attempt's stream.
-A failed attempt goes through the job's ``retryStrategy`` (``retry.py``). Termination and spot
-reclaims send SIGTERM, then SIGKILL after ``stop_timeout`` seconds, as ECS does.
+-> STARTING once a compute environment of the job's queue can host it (``placement.py``) ->
+RUNNING with the container command as a local process (own process group, the Batch environment
+variables) -> SUCCEEDED or FAILED, with each attempt in ``attempts[]`` as AWS reports it and the
+output in CloudWatch Logs (``logs.py``: the job definition's log configuration, after the ingestion
+delay). A failed attempt goes through the job's ``retryStrategy`` (``retry.py``). Termination and
+spot reclaims send SIGTERM, then SIGKILL after ``stop_timeout`` seconds, as ECS does. After each
+tick only the head of each queue shows why it is stuck, and the queue's
+``jobStateTimeLimitActions`` cancel a head stuck too long (``queues.py``).
 """
 
 from __future__ import annotations
@@ -20,30 +22,34 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from moto.batch.models import BatchBackend
-from moto.core.utils import unix_time_millis
 
 from airflow_gpu.accelerators.batch import InstanceOffer
-from airflow_gpu.testing.batch.compute import LOG_GROUP
+from airflow_gpu.testing.batch import queues
 from airflow_gpu.testing.batch.jobs import EmulatedJob
+from airflow_gpu.testing.batch.logs import LogGroupMissing, LogShipper, LogTarget, millis, open_target
+from airflow_gpu.testing.batch.placement import place
+from airflow_gpu.testing.batch.reasons import INSUFFICIENT_CAPACITY, Blocked, canceled_by_time_limit
 from airflow_gpu.testing.batch.retry import action_after_attempt
 
 ESSENTIAL_EXITED = "Essential container in task exited"
+FAILED_TO_START = "Task failed to start"  # the job's statusReason; the attempt's container.reason says why
 
 
 def reclaim_reason(instance_id: str | None) -> str:
     return f"Host EC2 (instance {instance_id}) terminated."
 
 
-def _millis() -> int:
-    return int(unix_time_millis(datetime.now()))
-
-
 class BatchDriver(threading.Thread):
-    """Runs the jobs of one moto Batch backend; ``offers`` says what each compute environment launches."""
+    """Runs the jobs of one moto Batch backend; ``offers`` says what each compute environment launches.
+
+    ``capacity_reasons`` False is a service role without the permissions Batch needs to see
+    capacity errors: a job stuck for capacity then shows no reason at all.
+    """
 
     def __init__(
         self,
@@ -53,24 +59,35 @@ class BatchDriver(threading.Thread):
         stop_timeout: float = 30.0,
         tick: float = 0.05,
         step_delay: float = 0.2,
+        log_ingestion_delay: float = 0.0,
+        max_vcpus: Mapping[str, int] | None = None,
+        capacity_reasons: bool = True,
     ) -> None:
         super().__init__(daemon=True, name="batch-emulator-driver")
         self.backend, self.logs, self.offers = backend, logs_backend, offers
         self.stop_timeout, self.tick, self.step_delay = stop_timeout, tick, step_delay
-        self.stalled: dict[str, str] = {}  # compute environment -> RUNNABLE statusReason
+        self.max_vcpus = dict(max_vcpus or {})
+        self.capacity_reasons = capacity_reasons
+        self.stalled: dict[str, str | None] = {}  # compute environment -> blocked-reason code (None: unseen)
+        self.shipper = LogShipper(logs_backend, log_ingestion_delay)
         self._stopping = threading.Event()
         self.workdir = tempfile.mkdtemp(prefix="batch-emulator-")
 
     # --- loop -----------------------------------------------------------------------------
 
+    def start(self) -> None:
+        self.shipper.start()
+        super().start()
+
     def run(self) -> None:
         while not self._stopping.is_set():
-            for job in list(self.backend._jobs.values()):
-                if isinstance(job, EmulatedJob) and not job.finished:
-                    try:
-                        self.step(job)
-                    except Exception as error:  # one broken job must not stop the others
-                        self._finish(job, "FAILED", f"emulator error: {error}")
+            jobs = [j for j in list(self.backend._jobs.values()) if isinstance(j, EmulatedJob) and not j.finished]
+            for job in jobs:
+                try:
+                    self.step(job)
+                except Exception as error:  # one broken job must not stop the others
+                    self._finish(job, "FAILED", f"emulator error: {error}")
+            self._update_heads(jobs, time.monotonic())
             self._stopping.wait(self.tick)
 
     def stop(self) -> None:
@@ -80,6 +97,7 @@ class BatchDriver(threading.Thread):
             if isinstance(job, EmulatedJob) and job.process is not None and job.process.poll() is None:
                 self._signal(job, signal.SIGKILL)
                 job.process.wait(timeout=10)
+        self.shipper.stop()
 
     def step(self, job: EmulatedJob) -> None:
         now = time.monotonic()
@@ -111,10 +129,11 @@ class BatchDriver(threading.Thread):
             job.status = "RUNNABLE"
 
     def _step_array_parent(self, job: EmulatedJob) -> None:
-        children = job._child_jobs or []
+        """A cancelled parent cancels its children (the started ones run on); a terminated one terminates them."""
+        children = [c for c in job._child_jobs or [] if isinstance(c, EmulatedJob)]
         if job.termination is not None:
             for child in children:
-                child.terminate(job.termination)
+                (child.cancel if job.cancelled else child.terminate)(job.termination)
         if job.status == "SUBMITTED":
             job.status = "PENDING"
         if all(c.status in ("SUCCEEDED", "FAILED") for c in children):
@@ -122,66 +141,68 @@ class BatchDriver(threading.Thread):
             self._finish(job, "FAILED" if failed else "SUCCEEDED", job.termination or None)
 
     def _step_runnable(self, job: EmulatedJob) -> None:
-        if job.termination is not None:
-            self._finish(job, "FAILED", job.termination)
-            return
-        placement = self._placement(job)
-        if isinstance(placement, str):
-            job.job_stopped_reason = placement  # shown as statusReason while RUNNABLE
-            return
-        job.compute_environment, offer = placement
-        job.instance_type = offer.instance_type.name
-        job.instance_id = f"i-{uuid.uuid4().hex[:17]}"
-        job.job_stopped_reason = None
-        job.status = "STARTING"
+        placement = place(job, self.offers, self.max_vcpus, self.stalled)
+        with job.lock:  # a CancelJob either lands before this or finds the job STARTING
+            if job.termination is not None:
+                self._finish(job, "FAILED", job.termination)
+                return
+            if isinstance(placement, Blocked):
+                job.blocked = placement
+                return
+            job.blocked = None
+            job.compute_environment, offer = placement
+            job.instance_type = offer.instance_type.name
+            job.instance_id = f"i-{uuid.uuid4().hex[:17]}"
+            job.job_stopped_reason = None
+            job.status = "STARTING"
 
-    def _placement(self, job: EmulatedJob) -> tuple[str, InstanceOffer] | str:
-        """The first compute environment (in queue order) that can host the job, or why none can."""
-        wants = job.resources()
-        order = sorted(job.job_queue.env_order_json, key=lambda entry: entry["order"])
-        names = [entry["computeEnvironment"].rsplit("/", 1)[-1] for entry in order]
-        reasons = []
-        for name in names:
-            fitting = [
-                o
-                for o in self.offers.get(name, ())
-                if o.instance_type.accelerators >= wants["GPU"]
-                and o.instance_type.vcpus >= wants["VCPU"]
-                and o.instance_type.memory_gib * 1024 >= wants["MEMORY"]
-            ]
-            if not fitting:
-                reasons.append(name)
+    def _update_heads(self, jobs: list[EmulatedJob], now: float) -> None:
+        """Only each queue's head shows its blocked reason; a head stuck past its queue's time limit is cancelled."""
+        heads = queues.heads(jobs)
+        for job in jobs:
+            if job.status != "RUNNABLE" or job.finished or job._child_jobs:
                 continue
-            if name in self.stalled:
-                return self.stalled[name]
-            smallest = min(fitting, key=lambda o: (o.instance_type.accelerators, o.instance_type.vcpus))
-            return name, smallest
-        return (
-            "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT - The job resource requirement "
-            f"(GPU: {wants['GPU']:g}, vCPU: {wants['VCPU']:g}, memory: {wants['MEMORY']:g} MiB) is higher than "
-            f"that can be met by the CE(s) attached to the job queue ({', '.join(reasons)})."
-        )
+            shown = job.blocked if heads.get(job.job_queue.arn) is job else None
+            if shown is not None and shown.code == INSUFFICIENT_CAPACITY and not self.capacity_reasons:
+                shown = None
+            code = shown.code if shown is not None else None
+            if code != job.head_code:
+                job.head_code, job.head_since = code, now
+            with job.lock:
+                if job.status != "RUNNABLE" or job.finished:
+                    continue
+                job.job_stopped_reason = shown.message if shown is not None else None
+                if job.termination is not None:  # a CancelJob came first: the next step fails it with its reason
+                    continue
+                if queues.expired_action(job.job_queue, code, now - job.head_since) is not None:
+                    assert code is not None
+                    self._finish(job, "FAILED", canceled_by_time_limit(code))
 
     def _start(self, job: EmulatedJob) -> None:
         if job.termination is not None:
             self._finish(job, "FAILED", job.termination)
             return
         job.task_id = uuid.uuid4().hex
-        job.log_stream_name = f"{job.job_definition.name}/default/{job.task_id}"
-        job.job_started_at = datetime.now()
+        arn = f"arn:aws:ecs:{self.backend.region_name}:{self.backend.account_id}"
         job.latest_attempt = {
             "container": {
-                "containerInstanceArn": f"arn:aws:ecs:{self.backend.region_name}:{self.backend.account_id}:"
-                f"container-instance/{job.instance_id}",
-                "taskArn": f"arn:aws:ecs:{self.backend.region_name}:{self.backend.account_id}:task/{job.task_id}",
-                "logStreamName": job.log_stream_name,
+                "containerInstanceArn": f"{arn}:container-instance/{job.instance_id}",
+                "taskArn": f"{arn}:task/{job.task_id}",
                 "networkInterfaces": [],
             },
-            "startedAt": _millis(),
+            "startedAt": millis(),
         }
         job.attempts.append(job.latest_attempt)
-        with contextlib.suppress(Exception):  # the stream may exist from an earlier attempt
-            self.logs.create_log_stream(LOG_GROUP, job.log_stream_name)
+        job.log_stream_name = None
+        try:
+            target = open_target(self.logs, job.log_configuration(), job.job_definition.name, job.task_id)
+        except LogGroupMissing as error:
+            self._failed_to_start(job, str(error))
+            return
+        if target is not None:  # AWS names the attempt's stream as it reaches RUNNING
+            job.log_stream_name = target.stream
+            job.latest_attempt["container"]["logStreamName"] = target.stream
+        job.job_started_at = datetime.now()
         env = {
             "PATH": os.environ.get("PATH", ""),
             "HOME": os.environ.get("HOME", "/tmp"),
@@ -195,31 +216,28 @@ class BatchDriver(threading.Thread):
         }
         if job.array_index is not None:
             env["AWS_BATCH_JOB_ARRAY_INDEX"] = str(job.array_index)
-        command = job.command()
-        job.status = "RUNNING"
         try:
             job.process = subprocess.Popen(
-                command or ["true"],
+                job.command() or ["true"],
                 env=env,
                 cwd=self.workdir,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        except OSError as error:  # CannotStartContainerError in Batch's words
-            job.latest_attempt["container"]["reason"] = f"CannotStartContainerError: {error}"
-            self._end_attempt(job, None, f"CannotStartContainerError: {error}")
+        except OSError as error:
+            self._failed_to_start(job, f"CannotStartContainerError: {error}")
             return
-        job.reader = threading.Thread(target=self._ship_logs, args=(job,), daemon=True)
+        job.status = "RUNNING"
+        job.reader = threading.Thread(target=self._read_output, args=(job, target), daemon=True)
         job.reader.start()
 
-    def _ship_logs(self, job: EmulatedJob) -> None:
+    def _read_output(self, job: EmulatedJob, target: LogTarget | None) -> None:
+        """Read the container's output as it comes; the shipper makes it readable later (or never)."""
         assert job.process is not None and job.process.stdout is not None
-        stream = job.log_stream_name
         for raw in iter(job.process.stdout.readline, b""):
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            with contextlib.suppress(Exception):
-                self.logs.put_log_events(LOG_GROUP, stream, [{"timestamp": _millis(), "message": line}])
+            if target is not None:
+                self.shipper.ship(target, raw.decode("utf-8", "replace").rstrip("\n"))
 
     def _step_running(self, job: EmulatedJob, now: float) -> None:
         assert job.process is not None
@@ -250,11 +268,17 @@ class BatchDriver(threading.Thread):
 
     # --- endings --------------------------------------------------------------------------
 
+    def _failed_to_start(self, job: EmulatedJob, reason: str) -> None:
+        """The container never ran (CannotStartContainerError...): no exit code, no log stream."""
+        assert job.latest_attempt is not None
+        job.latest_attempt["container"]["reason"] = reason
+        self._end_attempt(job, None, FAILED_TO_START)
+
     def _end_attempt(self, job: EmulatedJob, exit_code: int | None, status_reason: str, retry: bool = True) -> None:
         attempt = job.latest_attempt or {"container": {}}
         if exit_code is not None:
             attempt["container"]["exitCode"] = exit_code
-        attempt["stoppedAt"] = _millis()
+        attempt["stoppedAt"] = millis()
         attempt["statusReason"] = status_reason
         job.process, job.reader, job.signalled_at = None, None, None
         reclaimed, job.reclaim = job.reclaim is not None, None
@@ -270,7 +294,7 @@ class BatchDriver(threading.Thread):
                 reason=attempt["container"].get("reason"),
                 exit_code=exit_code,
             )
-            if retry
+            if retry and job.termination is None
             else "EXIT"
         )
         if action == "RETRY":
@@ -286,6 +310,7 @@ class BatchDriver(threading.Thread):
         job.job_stopped = True
         job.job_stopped_at = datetime.now()
         job.job_stopped_reason = reason
+        job.blocked = None
         job.status = status
 
     @staticmethod

@@ -1,9 +1,12 @@
 """``BatchEmulator``: moto's AWS server with a GPU Batch account whose jobs really run.
 
 moto serves the Batch, CloudWatch Logs, EC2 and IAM APIs on a local port (``ThreadedMotoServer``)
-from this process, so the driver reaches its backend objects directly. SubmitJob is replaced for
-the no-Docker backend: it only records an ``EmulatedJob``; the driver runs it. Airflow's
-``aws_default`` points here through the connection's ``endpoint_url`` extra, as at a real account.
+from this process, so the driver reaches its backend objects directly. Where moto's Batch differs
+from AWS, ``patches.py`` replaces it while emulators live (SubmitJob only records an
+``EmulatedJob``; the driver runs it). Airflow's ``aws_default`` points here through the
+connection's ``endpoint_url`` extra, as at a real account. The defaults are AWS's behaviour, the
+inconvenient parts included: log lines readable only after an ingestion delay, blocked-job
+reasons only on the head of a queue.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
     ) from error
 
 from airflow_gpu.testing.batch.compute import DEMO, BatchSetup, create
+from airflow_gpu.testing.batch.reasons import INSUFFICIENT_CAPACITY
 
 ACCOUNT = "123456789012"
 #: moto keeps one backend per (account, region) for the whole process: each live emulator in a
@@ -36,62 +40,8 @@ REGIONS = (
 )  # fmt: skip
 _live_regions: set[str] = set()
 _lock = threading.Lock()
-_original_submit: Any = None
-
-
-def _emulated_submit_job(
-    self: Any,
-    job_name: str,
-    job_def_id: str,
-    job_queue: str,
-    array_properties: dict[str, Any],
-    depends_on: list[dict[str, str]] | None = None,
-    container_overrides: dict[str, Any] | None = None,
-    eks_properties_override: dict[str, Any] | None = None,
-    timeout: dict[str, int] | None = None,
-    parameters: dict[str, str] | None = None,
-    tags: dict[str, str] | None = None,
-) -> tuple[str, str, str]:
-    """SubmitJob for the no-Docker backend: record the job (and array children) and return at once."""
-    from moto.batch.exceptions import ClientException
-
-    from airflow_gpu.testing.batch.jobs import EmulatedJob
-
-    job_def = self.get_job_definition(job_def_id)
-    if job_def is None:
-        raise ClientException(f"Job definition {job_def_id} does not exist")
-    queue = self.get_job_queue(job_queue)
-    if queue is None:
-        raise ClientException(f"Job queue {job_queue} does not exist")
-    common = {
-        "log_backend": self.logs_backend,
-        "container_overrides": container_overrides,
-        "eks_properties_override": eks_properties_override,
-        "depends_on": depends_on,
-        "all_jobs": self.backend._jobs,
-        "timeout": timeout,
-        "parameters": parameters,
-    }
-    job = EmulatedJob(job_name, job_def, queue, self, array_properties=array_properties, tags=tags, **common)
-    size = int(array_properties.get("size") or 0)
-    if size:
-        job._child_jobs = [
-            EmulatedJob(
-                job_name,
-                job_def,
-                queue,
-                self,
-                array_properties={"statusSummary": {}, "index": i},
-                provided_job_id=f"{job.job_id}:{i}",
-                array_index=i,
-                **common,
-            )
-            for i in range(size)
-        ]
-        for child in job._child_jobs:
-            self.backend._jobs[child.job_id] = child
-    self.backend._jobs[job.job_id] = job
-    return job_name, job.job_id, job.arn
+#: How long CloudWatch Logs takes before a line a job wrote can be read (``logs.py``).
+LOG_INGESTION_DELAY = 1.5
 
 
 class BatchEmulator:
@@ -104,27 +54,37 @@ class BatchEmulator:
         port: int = 0,
         region: str | None = None,
         stop_timeout: float = 30.0,
+        log_ingestion_delay: float = LOG_INGESTION_DELAY,
+        capacity_reasons: bool = True,
     ) -> None:
-        """``region`` None takes the first region no other emulator of this process uses."""
+        """``region`` None takes the first region no other emulator of this process uses.
+
+        ``log_ingestion_delay``: seconds before a line a job wrote is readable in CloudWatch Logs (0:
+        at once). ``capacity_reasons`` False: the Batch service role lacks
+        ``autoscaling:DescribeScalingActivities`` and ``ec2:DescribeSpotFleetRequestHistory``, so no
+        job stuck for capacity shows ``CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY``.
+        """
         self.setup, self.host, self.port = setup, host, port
         self.requested_region = region
         self.region = region or REGIONS[0]
         self.stop_timeout = stop_timeout
+        self.log_ingestion_delay, self.capacity_reasons = log_ingestion_delay, capacity_reasons
         self.faults: list[dict[str, Any]] = []
         self._server: Any = None
+        self._throttle: Any = None
         self.driver: Any = None
 
     # --- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> BatchEmulator:
         from moto.batch.models import batch_backends
-        from moto.batch_simple.models import BatchSimpleBackend
         from moto.logs.models import logs_backends
         from moto.server import ThreadedMotoServer
 
+        from airflow_gpu.testing.batch import patches
         from airflow_gpu.testing.batch.driver import BatchDriver
+        from airflow_gpu.testing.batch.throttle import Throttle
 
-        global _original_submit
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
         with _lock:
             free = [
@@ -136,10 +96,11 @@ class BatchEmulator:
             first = not _live_regions
             _live_regions.add(self.region)
             if first:
-                _original_submit = BatchSimpleBackend.submit_job
-                BatchSimpleBackend.submit_job = _emulated_submit_job  # type: ignore[method-assign]
+                patches.apply()
         self._server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
         self._server.start()
+        wsgi = self._server._server  # werkzeug's server takes ``.app`` anew for each request
+        wsgi.app = self._throttle = Throttle(wsgi.app)
         self.host, self.port = self._server.get_host_and_port()
         calls = [("/moto-api/config", {"batch": {"use_docker": False}})]
         if first:  # moto's backends live as long as the process: the first emulator starts them empty
@@ -160,12 +121,14 @@ class BatchEmulator:
             logs_backends[ACCOUNT][self.region],
             {ce.name: ce.offers for ce in self.setup.compute_environments},
             stop_timeout=self.stop_timeout,
+            log_ingestion_delay=self.log_ingestion_delay,
+            max_vcpus={ce.name: ce.max_vcpus for ce in self.setup.compute_environments},
+            capacity_reasons=self.capacity_reasons,
         )
         self.driver.start()
         return self
 
     def stop(self) -> None:
-        global _original_submit
         if self.driver is not None:
             self.driver.stop()
             self.driver = None
@@ -174,11 +137,10 @@ class BatchEmulator:
             self._server = None
             with _lock:
                 _live_regions.discard(self.region)
-                if not _live_regions and _original_submit is not None:
-                    from moto.batch_simple.models import BatchSimpleBackend
+                if not _live_regions:
+                    from airflow_gpu.testing.batch import patches
 
-                    BatchSimpleBackend.submit_job = _original_submit  # type: ignore[method-assign]
-                    _original_submit = None
+                    patches.restore()
 
     def __enter__(self) -> BatchEmulator:
         return self.start()
@@ -242,17 +204,24 @@ class BatchEmulator:
         job.reclaim = {"hard": hard}
         self.faults.append({"fault": "reclaim", "job": job_id, "instance": job.instance_id, "hard": hard})
 
-    def stall(self, compute_environment: str, reason: str = "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY") -> None:
-        """No capacity: jobs that could only run here stay RUNNABLE with ``reason`` as statusReason."""
-        message = reason
-        if reason == "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY":
-            message += " - There is no Spot capacity available that matches your request."
-        self.driver.stalled[compute_environment] = message
-        self.faults.append({"fault": "stall", "compute_environment": compute_environment, "reason": message})
+    def stall(self, compute_environment: str, reason: str | None = INSUFFICIENT_CAPACITY) -> None:
+        """No capacity: jobs that could only run here stay RUNNABLE; the head of their queue shows ``reason``.
+
+        ``reason`` is a documented code (``reasons.py``: ``CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY``,
+        ``MISCONFIGURATION:SERVICE_ROLE_PERMISSIONS``, ``UNDETERMINED``...), shown with AWS's message, or
+        None: Batch cannot tell why, and no job shows a reason.
+        """
+        self.driver.stalled[compute_environment] = reason
+        self.faults.append({"fault": "stall", "compute_environment": compute_environment, "reason": reason})
 
     def release(self, compute_environment: str) -> None:
         self.driver.stalled.pop(compute_environment, None)
         self.faults.append({"fault": "release", "compute_environment": compute_environment})
+
+    def throttle(self, operation: str = "DescribeJobs", times: int = 1) -> None:
+        """The next ``times`` calls of the Batch ``operation`` answer HTTP 429 ``TooManyRequestsException``."""
+        self._throttle.arm(operation, times)
+        self.faults.append({"fault": "throttle", "operation": operation, "times": times})
 
     def jobs(self) -> list[Any]:
         return [j for j in self.driver.backend._jobs.values() if j.job_id.count(":") == 0]

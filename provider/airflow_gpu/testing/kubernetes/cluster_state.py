@@ -11,6 +11,7 @@ import contextlib
 import copy
 import secrets
 import shutil
+from datetime import timedelta
 from typing import Any
 
 from airflow_gpu.testing.kubernetes.cluster import ClusterSpec, NodeSpec
@@ -21,6 +22,26 @@ from airflow_gpu.testing.kubernetes.store import Obj, Store
 
 NODE_SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
 DEFAULT_GRACE_SECONDS = 30
+
+# The kubelet eviction manager's messages (pkg/kubelet/eviction/helpers.go); each piece ends in
+# ". ", trailing space included, and ``status.message`` is their concatenation.
+NODE_LOW_MESSAGE = "The node was low on resource: {resource}. "  # nodeLowMessageFmt
+THRESHOLD_MET_MESSAGE = "Threshold quantity: {threshold}, available: {available}. "  # thresholdMetMessageFmt
+CONTAINER_USAGE_MESSAGE = (  # containerMessageFmt
+    "Container {container} was using {usage}, request is {request}, has larger consumption of {resource}. "
+)
+POD_EPHEMERAL_STORAGE_MESSAGE = (  # podEphemeralStorageMessageFmt
+    "Pod ephemeral local storage usage exceeds the total limit of containers {limit}. "
+)
+CONTAINER_EPHEMERAL_STORAGE_MESSAGE = (  # containerEphemeralStorageMessageFmt (Go %q)
+    'Container {container} exceeded its local ephemeral storage limit "{limit}". '
+)
+EMPTYDIR_MESSAGE = 'Usage of EmptyDir volume "{volume}" exceeds the limit "{limit}". '  # emptyDirMessageFmt
+#: eviction_manager.go immediateEvictionGracePeriodSeconds: the grace of a hard-threshold or
+#: local-storage eviction (the docs say "0s (immediate shutdown)"; the source gives 1 s).
+IMMEDIATE_EVICTION_GRACE_SECONDS = 1
+#: Default eviction thresholds (kubelet ``evictionHard``) and an observation below them.
+DEFAULT_THRESHOLDS = {"memory": ("100Mi", "50Mi"), "ephemeral-storage": ("10Gi", "4Gi")}
 
 
 def _condition(kind: str, status: str, reason: str | None = None, message: str | None = None) -> dict[str, Any]:
@@ -53,6 +74,11 @@ class ClusterState:
         self._ip = 0
         self._scheduling = False
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: The status the kubelet writes when it ends a pod itself (node shutdown, eviction):
+        #: applied as the containers stop, so no one ever sees the pod ``Succeeded`` in between.
+        self._final: dict[tuple[str, str], tuple[str, str]] = {}
+        #: Deletions in progress (the kubelet's SIGTERM, grace period, removal), by pod.
+        self._deleting: dict[tuple[str, str], asyncio.Task[Any]] = {}
         for namespace in ("default", "kube-system", "kube-public"):
             self.store.create(
                 "namespaces", "", {"metadata": {"name": namespace}, "spec": {}, "status": {"phase": "Active"}}
@@ -234,8 +260,11 @@ class ClusterState:
         if pod is None:
             return
         codes = [run.containers[n].exit_code for n in run.names]
-        failed = init_failed or any(code != 0 for code in codes)
+        final = self._final.get((namespace, name))
+        failed = init_failed or final is not None or any(code != 0 for code in codes)
         pod["status"]["phase"] = "Failed" if failed else "Succeeded"
+        if final is not None:
+            pod["status"]["reason"], pod["status"]["message"] = final
         for kind in ("ContainersReady", "Ready"):
             set_condition(pod, _condition(kind, "False", "PodFailed" if failed else "PodCompleted"))
         self.store.update("pods", pod)
@@ -265,6 +294,8 @@ class ClusterState:
         )
         if disruption is not None:
             set_condition(pod, _condition("DisruptionTarget", "True", *disruption))
+        if final is not None:
+            self._final[(namespace, name)] = final
         if delete and not pod["metadata"].get("deletionTimestamp"):
             self._mark_deleting(pod, grace)
         elif disruption is not None:
@@ -282,9 +313,11 @@ class ClusterState:
                 self.record_event(pod, "Normal", "Killing", f"Stopping container {', '.join(run.names)}", "kubelet")
         pod = self.store.find("pods", namespace, name) or pod
         if final is not None:
-            pod["status"]["phase"] = "Failed"
-            pod["status"]["reason"], pod["status"]["message"] = final
-            self.store.update("pods", pod)
+            self._final.pop((namespace, name), None)
+            if (pod["status"].get("phase"), pod["status"].get("reason")) != ("Failed", final[0]):
+                pod["status"]["phase"] = "Failed"
+                pod["status"]["reason"], pod["status"]["message"] = final
+                self.store.update("pods", pod)
         if delete:
             removed = self.store.remove("pods", namespace, name)
             self.schedule_soon()
@@ -307,20 +340,33 @@ class ClusterState:
             else grace_seconds
         )
         self._mark_deleting(pod, grace)
-        self.background(self.terminate(namespace, name, grace))
+        key = (namespace, name)
+        task = self.background(self.terminate(namespace, name, grace))
+        self._deleting[key] = task
+
+        def forget(done: asyncio.Task[Any]) -> None:
+            if self._deleting.get(key) is done:
+                del self._deleting[key]
+
+        task.add_done_callback(forget)
         return pod
 
     def _mark_deleting(self, pod: Obj, grace: float) -> None:
-        """What a DELETE answers at once: the pod with ``deletionTimestamp`` set."""
-        pod["metadata"]["deletionTimestamp"] = timestamp()
+        """What a DELETE answers at once: the pod with ``deletionTimestamp`` set.
+
+        As the API server's ``rest.BeforeDelete`` does, ``deletionTimestamp`` is the time of the
+        request plus the grace period: when the object is due to go.
+        """
+        pod["metadata"]["deletionTimestamp"] = timestamp(now() + timedelta(seconds=float(grace)))
         pod["metadata"]["deletionGracePeriodSeconds"] = int(grace)
         self.store.update("pods", pod)
 
-    def background(self, coroutine: Any) -> None:
+    def background(self, coroutine: Any) -> asyncio.Task[Any]:
         """Run ``coroutine`` on the loop, keeping a reference so it is not garbage-collected."""
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     # --- faults ---------------------------------------------------------------------------
 
@@ -356,6 +402,126 @@ class ClusterState:
         await self.terminate(
             namespace, name, grace_seconds, disruption=("EvictionByEvictionAPI", "Eviction API: evicting")
         )
+
+    async def evict_for_node_pressure(
+        self,
+        namespace: str,
+        name: str,
+        resource: str = "memory",
+        *,
+        threshold: str | None = None,
+        available: str | None = None,
+        usage: str | None = None,
+        max_pod_grace_seconds: float | None = None,
+        disruption_condition: bool = True,
+    ) -> dict[str, Any]:
+        """The kubelet's eviction manager reclaiming ``resource`` on the pod's node.
+
+        As ``eviction_manager.go`` ``synchronize`` and ``evictPod`` do: a Warning event ``Evicted``,
+        ``DisruptionTarget`` (``TerminationByKubelet``, the eviction message; Kubernetes >= 1.26,
+        ``disruption_condition=False`` for older kubelets), SIGTERM, then SIGKILL after the grace
+        period, and the pod left ``Failed`` with reason ``Evicted`` and the eviction message. The
+        grace is ``immediateEvictionGracePeriodSeconds`` (1 s) for a hard threshold, whatever the
+        pod's ``terminationGracePeriodSeconds``; ``max_pod_grace_seconds`` is a soft threshold's
+        ``evictionMaxPodGracePeriod`` (the kubelet only ever shortens a pod's grace period).
+        ``usage`` adds the sentence about the first container using more than it requested.
+        """
+        pod = self.store.get("pods", namespace, name)
+        default_threshold, default_available = DEFAULT_THRESHOLDS.get(resource, (None, None))
+        threshold = threshold or default_threshold
+        available = available or default_available
+        message = NODE_LOW_MESSAGE.format(resource=resource)
+        if threshold and available:
+            message += THRESHOLD_MET_MESSAGE.format(threshold=threshold, available=available)
+        if usage is not None:
+            container = pod["spec"]["containers"][0]
+            request = ((container.get("resources") or {}).get("requests") or {}).get(resource, "0")
+            message += CONTAINER_USAGE_MESSAGE.format(
+                container=container["name"], usage=usage, request=request, resource=resource
+            )
+        override = IMMEDIATE_EVICTION_GRACE_SECONDS if max_pod_grace_seconds is None else max_pod_grace_seconds
+        return await self._kubelet_evict(
+            "evict_for_node_pressure",
+            pod,
+            message,
+            override,
+            disruption=("TerminationByKubelet", message) if disruption_condition else None,
+            resource=resource,
+        )
+
+    async def evict_for_ephemeral_storage(
+        self,
+        namespace: str,
+        name: str,
+        limit: str = "1Gi",
+        *,
+        container: str | None = None,
+        volume: str | None = None,
+    ) -> dict[str, Any]:
+        """The kubelet evicting a pod that exceeded its *own* ephemeral-storage limit.
+
+        ``eviction_manager.go`` ``localStorageEviction``: an emptyDir over its ``sizeLimit``
+        (``volume``), a container over its ``limits.ephemeral-storage`` (``container``), or else
+        the pod over the sum of its containers' limits. Same path as node pressure (event
+        ``Evicted``, SIGTERM, 1 s grace, ``Failed``/``Evicted`` with the message) but without a
+        ``DisruptionTarget`` condition: the docs say such a disruption "would reoccur on retry".
+        """
+        pod = self.store.get("pods", namespace, name)
+        if volume is not None:
+            message = EMPTYDIR_MESSAGE.format(volume=volume, limit=limit)
+        elif container is not None:
+            message = CONTAINER_EPHEMERAL_STORAGE_MESSAGE.format(container=container, limit=limit)
+        else:
+            message = POD_EPHEMERAL_STORAGE_MESSAGE.format(limit=limit)
+        return await self._kubelet_evict(
+            "evict_for_ephemeral_storage",
+            pod,
+            message,
+            IMMEDIATE_EVICTION_GRACE_SECONDS,
+            disruption=None,
+            limit=limit,
+            container=container,
+            volume=volume,
+        )
+
+    async def _kubelet_evict(
+        self,
+        fault: str,
+        pod: Obj,
+        message: str,
+        grace_override: float,
+        disruption: tuple[str, str] | None,
+        **details: Any,
+    ) -> dict[str, Any]:
+        metadata = pod["metadata"]
+        namespace, name = metadata["namespace"], metadata["name"]
+        entry = self._record_fault(
+            fault, namespace=namespace, pod=name, node=pod["spec"].get("nodeName"), uid=metadata["uid"],
+            message=message, **details,
+        )  # fmt: skip
+        self.record_event(pod, "Warning", "Evicted", message, "kubelet")
+        grace = min(float(pod["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)), grace_override)
+        await self.terminate(namespace, name, grace, delete=False, disruption=disruption, final=("Evicted", message))
+        return entry
+
+    async def delete_by_person(self, namespace: str, name: str, grace_seconds: int | None = None) -> dict[str, Any]:
+        """``kubectl delete pod``: a graceful DELETE through the API, and wait until the pod is gone.
+
+        Exactly the API's DELETE (``delete_pod``): ``deletionTimestamp`` and
+        ``deletionGracePeriodSeconds`` set, no ``DisruptionTarget`` condition, SIGTERM, SIGKILL
+        after the grace period (the pod's ``terminationGracePeriodSeconds`` unless
+        ``grace_seconds``), then the object is removed.
+        """
+        pod = self.store.get("pods", namespace, name)
+        entry = self._record_fault(
+            "delete_by_person", namespace=namespace, pod=name, node=pod["spec"].get("nodeName"),
+            uid=pod["metadata"]["uid"], grace_seconds=grace_seconds,
+        )  # fmt: skip
+        self.delete_pod(namespace, name, grace_seconds)
+        deleting = self._deleting.get((namespace, name))
+        if deleting is not None:
+            await asyncio.shield(deleting)
+        return entry
 
     def cordon(self, node_name: str, unschedulable: bool = True) -> Obj:
         node = self.store.get("nodes", "", node_name)

@@ -8,6 +8,8 @@
         k8s.write_kubeconfig("kubeconfig")   # or point the kubernetes_default connection at it
         ...
         k8s.preempt("my-pod")                 # a spot reclaim, exactly as a node shows it
+        k8s.evict_for_node_pressure("other")  # the kubelet reclaiming memory: not a spot reclaim
+        k8s.delete_by_person("third")         # kubectl delete pod
         assert k8s.faults[0]["fault"] == "preempt"
 
 The server runs on its own event loop in a background thread, so the blocking ``kubernetes``
@@ -162,6 +164,45 @@ class KubernetesEmulator:
     ) -> dict[str, Any]:
         """Reclaim the pod's spot node: DisruptionTarget, SIGTERM, grace period, phase Failed."""
         return self._call(self._state().preempt(namespace, pod, grace_period_seconds))
+
+    def evict_for_node_pressure(
+        self, pod: str, namespace: str = "default", resource: str = "memory", **options: Any
+    ) -> dict[str, Any]:
+        """The kubelet evicts the pod to reclaim ``resource``: not a spot reclaim, but resubmittable.
+
+        ``DisruptionTarget`` (``TerminationByKubelet``, unless ``disruption_condition=False`` as
+        before Kubernetes 1.26), SIGTERM, 1 s grace (a hard threshold; ``max_pod_grace_seconds``
+        for a soft one), then phase ``Failed``, reason ``Evicted``, message "The node was low on
+        resource: memory. Threshold quantity: 100Mi, available: 50Mi. ". The pod object stays.
+
+        The keyword ``options`` are ``ClusterState.evict_for_node_pressure``'s: ``threshold``,
+        ``available``, ``usage``, ``max_pod_grace_seconds``, ``disruption_condition``.
+        """
+        return self._call(self._state().evict_for_node_pressure(namespace, pod, resource, **options))
+
+    def evict_for_ephemeral_storage(
+        self,
+        pod: str,
+        namespace: str = "default",
+        limit: str = "1Gi",
+        *,
+        container: str | None = None,
+        volume: str | None = None,
+    ) -> dict[str, Any]:
+        """The kubelet evicts the pod for exceeding its own ephemeral-storage limit (the workload's fault).
+
+        No ``DisruptionTarget``; SIGTERM, 1 s grace, phase ``Failed``, reason ``Evicted`` and the
+        kubelet's message for an emptyDir (``volume``), a container (``container``) or the pod.
+        """
+        return self._call(
+            self._state().evict_for_ephemeral_storage(namespace, pod, limit, container=container, volume=volume)
+        )
+
+    def delete_by_person(
+        self, pod: str, namespace: str = "default", grace_period_seconds: int | None = None
+    ) -> dict[str, Any]:
+        """``kubectl delete pod``: a graceful DELETE, no ``DisruptionTarget``; returns once the pod is gone."""
+        return self._call(self._state().delete_by_person(namespace, pod, grace_period_seconds))
 
     def drain(self, node: str) -> list[str]:
         """Cordon the node and evict its pods through the Eviction API."""

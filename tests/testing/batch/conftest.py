@@ -1,0 +1,30 @@
+"""One Batch emulator per test module, reached through boto3 only, as a client of AWS reaches Batch."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from airflow_gpu.testing.batch.emulator import BatchEmulator
+
+
+@pytest.fixture(scope="module")
+def emulator() -> Iterator[BatchEmulator]:
+    with BatchEmulator(stop_timeout=2) as running:  # the default ingestion delay
+        yield running
+
+
+@pytest.fixture(scope="module")
+def batch(emulator: BatchEmulator) -> Any:
+    return emulator.client("batch")
+
+
+@pytest.fixture
+def stalled_spot(emulator: BatchEmulator) -> Iterator[None]:
+    emulator.stall("gpu-spot-ce")
+    try:
+        yield
+    finally:
+        emulator.release("gpu-spot-ce")

@@ -1,0 +1,72 @@
+"""An injected throttle answers as AWS Batch does (HTTP 429, ``TooManyRequestsException``, "Too Many
+Requests"), and the amazon provider's ``BatchClientHook.get_job_description`` gets through it by retrying."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from airflow_gpu.testing.batch.emulator import BatchEmulator
+from tests.testing.batch.api import final, register
+
+NO_RETRIES = {"mode": "standard", "total_max_attempts": 1}  # botocore would retry a 429 by itself
+
+
+@pytest.fixture(scope="module")
+def batch(emulator: BatchEmulator) -> Any:
+    import boto3
+
+    return boto3.client(
+        "batch",
+        endpoint_url=emulator.endpoint_url,
+        region_name=emulator.region,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=Config(retries=NO_RETRIES),
+    )
+
+
+@pytest.fixture(scope="module")
+def job_id(batch: Any) -> str:
+    definition = register(batch, "throttled", ["true"])
+    job = final(
+        batch, batch.submit_job(jobName="throttled", jobQueue="gpu-on-demand", jobDefinition=definition)["jobId"]
+    )
+    return str(job["jobId"])
+
+
+def test_the_next_calls_are_throttled_as_batch_throttles(emulator: BatchEmulator, batch: Any, job_id: str) -> None:
+    emulator.throttle("DescribeJobs", times=3)
+    assert emulator.faults[-1] == {"fault": "throttle", "operation": "DescribeJobs", "times": 3}
+    assert batch.list_jobs(jobQueue="gpu-on-demand")["jobSummaryList"]  # other operations are not throttled
+    for _ in range(3):
+        with pytest.raises(ClientError) as error:
+            batch.describe_jobs(jobs=[job_id])
+        assert error.value.response["Error"] == {"Code": "TooManyRequestsException", "Message": "Too Many Requests"}
+        assert error.value.response["ResponseMetadata"]["HTTPStatusCode"] == 429
+    assert batch.describe_jobs(jobs=[job_id])["jobs"][0]["status"] == "SUCCEEDED"
+
+
+def test_the_amazon_hook_retries_through_a_throttle(
+    emulator: BatchEmulator, job_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.providers.amazon.aws.hooks.batch_client import BatchClientHook
+
+    connection = emulator.airflow_connection()
+    connection["extra"]["config_kwargs"] = {"retries": NO_RETRIES}  # so that the hook's own retry is what helps
+    monkeypatch.setenv("AIRFLOW_CONN_BATCH_EMULATOR", json.dumps(connection))
+    hook = BatchClientHook(aws_conn_id="batch_emulator")
+    pauses: list[float] = []
+    monkeypatch.setattr(hook, "delay", pauses.append)  # the hook's back-off, recorded instead of slept
+    emulator.throttle("DescribeJobs", times=2)
+    assert hook.get_job_description(job_id)["status"] == "SUCCEEDED"
+    assert len(pauses) == 2  # two throttled calls, two back-offs, then the answer
+
+
+def test_only_batch_operations_can_be_throttled(emulator: BatchEmulator) -> None:
+    with pytest.raises(ValueError, match="not an AWS Batch operation"):
+        emulator.throttle("GetLogEvents")
