@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import os
+import pkgutil
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
 
 import airflow_gpu
 
 HEAVY = ("airflow", "kubernetes", "kubernetes_asyncio", "boto3", "botocore", "yaml", "pydantic")
+#: Sections of the provider info that list modules, and the Airflow base class of what each module defines.
+COMPONENTS = {"operators": "BaseOperator", "hooks": "BaseHook", "triggers": "BaseTrigger"}
+#: Not walked for components: the emulators and the pytest plugin define none, and import moto and aiohttp.
+NOT_WALKED = ("airflow_gpu.testing",)
 
 
 def _modules_after(code: str) -> set[str]:
@@ -57,6 +66,70 @@ def test_provider_info_matches_the_distribution() -> None:
     assert info["versions"] == [airflow_gpu.__version__] == [dist.version]
     entry_points = {ep.group: ep.value for ep in dist.entry_points}
     assert entry_points["apache_airflow_provider"] == "airflow_gpu.get_provider_info:get_provider_info"
+
+
+def _listed(info: dict[str, Any], section: str) -> set[str]:
+    return {module for entry in info.get(section, []) for module in entry["python-modules"]}
+
+
+def _package_modules(package: ModuleType) -> list[ModuleType]:
+    """Every module of ``package``, imported, except those under ``NOT_WALKED``."""
+    modules = [package]
+    for found in pkgutil.iter_modules(package.__path__, f"{package.__name__}."):
+        if found.name.startswith(NOT_WALKED):
+            continue
+        module = importlib.import_module(found.name)
+        modules.extend(_package_modules(module) if found.ispkg else [module])
+    return modules
+
+
+def test_provider_info_follows_airflows_schema() -> None:
+    """The schema Airflow's providers manager validates with, read without importing Airflow."""
+    import jsonschema
+
+    from airflow_gpu.get_provider_info import get_provider_info
+
+    spec = importlib.util.find_spec("airflow")
+    assert spec is not None and spec.origin is not None
+    schema = json.loads((Path(spec.origin).parent / "provider_info.schema.json").read_text())
+    info = get_provider_info()
+    jsonschema.validate(info, schema)
+    integrations = [i["integration-name"] for i in info["integrations"]]
+    assert len(integrations) == len(set(integrations))
+    for section in COMPONENTS:
+        for entry in info.get(section, []):
+            assert entry["integration-name"] in integrations, (section, entry)
+
+
+def test_every_listed_module_imports() -> None:
+    from airflow_gpu.get_provider_info import get_provider_info
+
+    info = get_provider_info()
+    for section in COMPONENTS:
+        for module in sorted(_listed(info, section)):
+            importlib.import_module(module)
+
+
+def test_every_operator_hook_and_trigger_module_is_listed() -> None:
+    """A module that defines an operator, hook or trigger is listed in that section, and only such a module."""
+    from airflow_gpu.get_provider_info import get_provider_info
+
+    defining: dict[str, set[str]] = {section: set() for section in COMPONENTS}
+    for module in _package_modules(airflow_gpu):
+        for value in vars(module).values():
+            if not isinstance(value, type) or value.__module__ != module.__name__:
+                continue
+            bases = {base.__name__ for base in value.__mro__[1:]}  # by name: Airflow re-exports its bases
+            for section, base_name in COMPONENTS.items():
+                if base_name in bases:
+                    defining[section].add(module.__name__)
+    info = get_provider_info()
+    for section in COMPONENTS:
+        assert defining[section], f"no {section} found: is the walk broken?"
+        assert _listed(info, section) == defining[section], (
+            f"get_provider_info()[{section!r}] lists {sorted(_listed(info, section))}, "
+            f"the package defines {section} in {sorted(defining[section])}"
+        )
 
 
 @pytest.mark.slow

@@ -1,7 +1,9 @@
 """Provider metadata that Airflow reads through the ``apache_airflow_provider`` entry point.
 
 Kept free of imports beyond the package version: Airflow calls it while discovering providers
-in every process it starts.
+in every process it starts. The shape is the official providers' (``integrations``, then
+``operators``, ``hooks`` and ``triggers`` by integration); ``tests/test_package.py`` checks that
+every module listed here imports and that every operator, hook and trigger module is listed.
 """
 
 from __future__ import annotations
@@ -10,23 +12,41 @@ from typing import Any
 
 from airflow_gpu import __version__
 
+KUBERNETES = "GPU on Kubernetes"
+AWS_BATCH = "GPU on AWS Batch"
+
 
 def get_provider_info() -> dict[str, Any]:
     return {
         "package-name": "airflow-provider-gpu",
         "name": "GPU",
         "description": (
-            "GPU and accelerator workloads as first-class Airflow tasks: one accelerator spec "
-            "for Kubernetes and AWS Batch, CUDA image selection, spot handling and GPU profiling."
+            "GPU and accelerator workloads as first-class Airflow tasks: one accelerator spec, checked "
+            "when the DAG is parsed, runs on Kubernetes or AWS Batch, with CUDA image selection and "
+            "spot preemption handled (resubmission, then on-demand fallback)."
         ),
         "versions": [__version__],
         "integrations": [
             {
-                "integration-name": "GPU accelerators",
-                "external-doc-url": "https://docs.nvidia.com/datacenter/cloud-native/",
+                "integration-name": KUBERNETES,
+                "external-doc-url": "https://kubernetes.io/docs/tasks/manage-gpus/scheduling-gpus/",
                 "tags": ["software"],
-            }
+            },
+            {
+                "integration-name": AWS_BATCH,
+                "external-doc-url": "https://aws.amazon.com/batch/",
+                "tags": ["aws"],
+            },
         ],
-        "operators": [{"integration-name": "GPU accelerators", "python-modules": ["airflow_gpu.operators.kubernetes"]}],
-        "hooks": [{"integration-name": "GPU accelerators", "python-modules": ["airflow_gpu.hooks.kubernetes"]}],
+        "operators": [
+            {"integration-name": KUBERNETES, "python-modules": ["airflow_gpu.operators.kubernetes"]},
+            {"integration-name": AWS_BATCH, "python-modules": ["airflow_gpu.operators.batch"]},
+        ],
+        "hooks": [
+            {"integration-name": KUBERNETES, "python-modules": ["airflow_gpu.hooks.kubernetes"]},
+            {"integration-name": AWS_BATCH, "python-modules": ["airflow_gpu.hooks.batch"]},
+        ],
+        "triggers": [
+            {"integration-name": AWS_BATCH, "python-modules": ["airflow_gpu.triggers.batch"]},
+        ],
     }
