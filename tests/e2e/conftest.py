@@ -88,6 +88,9 @@ def airflow_stack(
                 "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "2",
                 # The DAG files do not change during a session: parse each once, not every 30 s.
                 "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "3600",
+                # Eight workers starting at once on two busy cores can take longer than the default
+                # 30 s to parse a DAG file; a timeout there reschedules the task, a retry in disguise.
+                "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",
             },
             parallelism=STACK_PARALLELISM,
         )

@@ -66,6 +66,56 @@ class Injector(threading.Thread):
         raise RuntimeError(f"{type(self).__name__} does not inject anything")
 
 
+class PodWatch(threading.Thread):
+    """Every change to every pod of a Kubernetes scenario, as a watch through the API sees it.
+
+    Cleanup deletes the pods, so "never two pods of one task try alive at once" can only be
+    checked over the whole run: each event is kept with the pod's phase, labels and deletion mark.
+    """
+
+    def __init__(self, emulator: Any) -> None:
+        super().__init__(daemon=True)
+        from kubernetes import client, config
+
+        self.api = client.CoreV1Api(config.new_client_from_config(str(emulator.kubeconfig_path)))
+        self.stop = threading.Event()
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        from kubernetes import watch
+
+        try:
+            version = self.api.list_namespaced_pod("default").metadata.resource_version
+            while not self.stop.is_set():
+                stream = watch.Watch().stream(
+                    self.api.list_namespaced_pod, "default", resource_version=version, timeout_seconds=1
+                )
+                for event in stream:
+                    pod = self.api.api_client.sanitize_for_serialization(event["object"])
+                    self.events.append((event["type"], pod))
+                    version = pod["metadata"]["resourceVersion"]
+        except BaseException as error:  # surfaced by the test that reads the history
+            self.error = error
+
+    def overlaps(self) -> list[tuple[str, str]]:
+        """Pairs of pods of one task try (and map index) that were alive (not ended, not gone) together."""
+        alive: dict[str, tuple[str, ...]] = {}
+        found: set[tuple[str, str]] = set()
+        for kind, pod in self.events:
+            name, labels = pod["metadata"]["name"], pod["metadata"].get("labels") or {}
+            phase = (pod.get("status") or {}).get("phase")
+            if kind == "DELETED" or phase in ("Succeeded", "Failed"):
+                alive.pop(name, None)
+                continue
+            key = tuple(labels.get(k, "") for k in ("dag_id", "task_id", "run_id", "map_index", "try_number"))
+            found |= {(min(o, name), max(o, name)) for o, o_key in alive.items() if o_key == key and o != name}
+            alive[name] = key
+        if self.error is not None:
+            raise self.error
+        return sorted(found)
+
+
 @dataclass(frozen=True)
 class Scenario:
     """One DAG run (or ``runs`` runs: the DAG's ``max_active_runs`` says whether they overlap) against
@@ -96,6 +146,7 @@ class ScenarioRun:
     workdir: Path
     injector: Injector | None = None
     run_ids: list[str] = field(default_factory=list)
+    pods: PodWatch | None = None
 
     @property
     def dag_id(self) -> str:
@@ -208,6 +259,9 @@ class ScenarioLauncher:
             workdir.mkdir(parents=True)
             run = self.runs[scenario.dag_id] = ScenarioRun(scenario, self.stack, self._emulator(scenario), workdir)
             self._connect(scenario, run.emulator)
+            if scenario.backend == "kubernetes":
+                run.pods = PodWatch(run.emulator)
+                run.pods.start()
             if scenario.prepare is not None:
                 scenario.prepare(run.emulator)
         for scenario in pending.values():
@@ -248,9 +302,10 @@ class ScenarioLauncher:
     def finish(self, dag_id: str) -> None:
         """Stop one scenario's injector and emulator (with every process it started)."""
         run = self.runs[dag_id]
-        if run.injector is not None:
-            run.injector.stop.set()
-            run.injector.join(timeout=30)
+        for thread in (run.injector, run.pods):
+            if thread is not None:
+                thread.stop.set()
+                thread.join(timeout=30)
         run.emulator.stop()
 
     def close(self) -> None:

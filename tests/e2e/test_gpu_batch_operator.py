@@ -92,7 +92,7 @@ def test_single_job(scenario_run: ScenarioRun) -> None:
     log = scenario_run.log(run_id=first)
     assert "resuming at step 0 batch attempt 1 on gpu-spot A10G" in log  # CloudWatch -> task log
     assert scenario_run.xcom() == {"total": 465} and scenario_run.xcom("gpu_interruptions") == []
-    assert scenario_run.xcom("gpu_accelerator") == {"accelerator": "A10G", "capacity": "spot", "queue": "gpu-spot"}
+    assert scenario_run.xcom("gpu_accelerator") == {"accelerator": "A10G", "capacity": "spot", "location": "gpu-spot"}
     emulator = scenario_run.emulator
     jobs = describe(emulator)
     assert [j["status"] for j in jobs] == ["SUCCEEDED", "SUCCEEDED"]
@@ -118,7 +118,7 @@ def test_spot_reclaim_is_retried_by_batch_and_resumes(scenario_run: ScenarioRun)
     assert scenario_run.log().count("SIGTERM at step") == 2
     [job] = describe(scenario_run.emulator)  # Batch retried inside one job: no second submission
     assert [a["container"].get("exitCode") for a in job["attempts"]] == [143, 143, 0]
-    assert [(i["job"], i["attempt"], i["reason"]) for i in scenario_run.xcom("gpu_interruptions")] == [
+    assert [(i["workload"], i["attempt"], i["reason"]) for i in scenario_run.xcom("gpu_interruptions")] == [
         (job["jobId"], 1, "SpotReclaim"),
         (job["jobId"], 2, "SpotReclaim"),
     ]
@@ -138,7 +138,7 @@ def test_past_the_budget_it_moves_to_the_on_demand_queue(scenario_run: ScenarioR
     assert scenario_run.xcom("gpu_accelerator") == {
         "accelerator": "H100:8",
         "capacity": "on-demand",
-        "queue": "gpu-on-demand",
+        "location": "gpu-on-demand",
     }
     assert "falling back to on-demand capacity" in scenario_run.log()
 

@@ -16,6 +16,13 @@ from kubernetes import client, config
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 from tests.e2e.scenarios import STACK_DAGS, Injector, Scenario, ScenarioRun, scenarios
 
+
+def without_location(summary: dict[str, object]) -> dict[str, object]:
+    """XCom ``gpu_accelerator`` minus ``location`` (the node the last pod ran on), which must be a node name."""
+    assert isinstance(summary.pop("location"), str)
+    return summary
+
+
 pytestmark = pytest.mark.slow
 
 Airflow = Callable[..., subprocess.CompletedProcess[str]]
@@ -53,6 +60,24 @@ class Preempter(Injector):
                 if steps(api, name) >= 3:
                     self.emulator.preempt(name)
                     self.preempted.append(name)
+            self.stop.wait(0.1)
+
+
+class Disrupter(Injector):
+    """Does ``fault`` (an emulator method taking the pod name) to the first pod once it printed 3 steps."""
+
+    def __init__(self, fault: str) -> None:
+        super().__init__()
+        self.fault, self.disrupted = fault, []
+
+    def inject(self) -> None:
+        api = core_api(self.emulator)
+        while not self.disrupted and not self.stop.is_set():
+            for pod in train_pods(self.emulator):
+                if pod.status.phase == "Running" and steps(api, pod.metadata.name) >= 3:
+                    getattr(self.emulator, self.fault)(pod.metadata.name)
+                    self.disrupted.append(pod.metadata.name)
+                    break
             self.stop.wait(0.1)
 
 
@@ -108,8 +133,11 @@ def scheduled(emulator: KubernetesEmulator) -> list[str]:
 
 
 def assert_one_try(run: ScenarioRun, state: str) -> None:
-    """The task ended ``state`` in its first try: no retry was ever scheduled, whatever ``retries`` says."""
+    """The task ended ``state`` in its first try: no retry was ever scheduled, whatever ``retries`` says;
+    and, watched over the whole run, never were two of its pods alive at once."""
     assert [(t["try_number"], t["state"]) for t in run.tries()] == [(1, state)]
+    assert run.pods is not None and run.pods.overlaps() == []
+    assert any(kind == "ADDED" for kind, _ in run.pods.events)  # the watch saw the run
 
 
 @scenarios(kube("gpu_kubernetes_single"))
@@ -118,7 +146,7 @@ def test_single_gpu_pod(scenario_run: ScenarioRun) -> None:
     assert_one_try(scenario_run, "success")
     assert "accelerator=L4 capacity=any" in scenario_run.log()
     assert scenario_run.xcom("gpu_interruptions") == []
-    assert scenario_run.xcom("gpu_accelerator") == {"accelerator": "L4", "capacity": "any"}
+    assert without_location(scenario_run.xcom("gpu_accelerator")) == {"accelerator": "L4", "capacity": "any"}
     assert train_pods(scenario_run.emulator) == []  # deleted when done, as KPO does
 
 
@@ -133,9 +161,9 @@ def assert_resumed_after_two_preemptions(run: ScenarioRun, deferrable: bool) -> 
     preempted = run.injector.preempted
     interruptions = run.xcom("gpu_interruptions")
     assert [i["reason"] for i in interruptions] == ["TerminationByKubelet", "TerminationByKubelet"]
-    assert [i["pod"] for i in interruptions] == preempted
+    assert [i["workload"] for i in interruptions] == preempted
     assert [f["pod"] for f in run.emulator.faults] == preempted  # injected == seen
-    assert run.xcom("gpu_accelerator") == {"accelerator": "H100:8", "capacity": "spot"}
+    assert without_location(run.xcom("gpu_accelerator")) == {"accelerator": "H100:8", "capacity": "spot"}
     if deferrable:
         assert log.count("Pausing task as DEFERRED") >= 3  # one deferral per pod
 
@@ -177,7 +205,7 @@ def test_pod_deleted_before_it_starts_is_resubmitted(scenario_run: ScenarioRun) 
     assert "ran attempt 2" in scenario_run.log()
     assert isinstance(scenario_run.injector, PendingPodDeleter)
     [deleted] = scenario_run.injector.deleted
-    assert [(i["pod"], i["reason"]) for i in scenario_run.xcom("gpu_interruptions")] == [(deleted, "PodDeleted")]
+    assert [(i["workload"], i["reason"]) for i in scenario_run.xcom("gpu_interruptions")] == [(deleted, "PodDeleted")]
 
 
 @both_modes("gpu_kubernetes_fallback", injector=lambda: Preempter(times=1))
@@ -189,14 +217,14 @@ def test_fallback_to_on_demand_then_next_candidate(scenario_run: ScenarioRun) ->
     assert "falling back to on-demand capacity" in log
     assert "trying the next accelerator candidate" in log
     assert len(scenario_run.xcom("gpu_interruptions")) == 1
-    assert scenario_run.xcom("gpu_accelerator") == {"accelerator": "L4:4", "capacity": "on-demand"}
+    assert without_location(scenario_run.xcom("gpu_accelerator")) == {"accelerator": "L4:4", "capacity": "on-demand"}
 
 
 @scenarios(kube("gpu_kubernetes_unschedulable"))
 def test_unschedulable_moves_to_the_next_candidate(scenario_run: ScenarioRun) -> None:
     assert scenario_run.state() == "success"
     assert "ran on L4:2" in scenario_run.log()
-    assert scenario_run.xcom("gpu_accelerator") == {"accelerator": "L4:2", "capacity": "on-demand"}
+    assert without_location(scenario_run.xcom("gpu_accelerator")) == {"accelerator": "L4:2", "capacity": "on-demand"}
     pods = core_api(scenario_run.emulator).list_namespaced_pod("default").items
     assert all(p.spec.node_name for p in pods)  # no pending pod left behind
     events = core_api(scenario_run.emulator).list_namespaced_event("default").items
@@ -214,4 +242,48 @@ def test_application_failure_fails_without_retries(scenario_run: ScenarioRun) ->
     assert "the application failed (container base failed: exit code 7)" in log
     assert "retry_on_app_failure=False" in log
     assert len(scheduled(scenario_run.emulator)) == 1  # one pod, ever: no retry pods
+    assert scenario_run.xcom("gpu_interruptions") == []
+
+
+@scenarios(kube("gpu_kubernetes_bad_result"))
+def test_a_result_line_that_is_not_json_fails_at_once_and_leaves_no_pod(scenario_run: ScenarioRun) -> None:
+    """Behaviour 8: KPO's cleanup runs whatever the classification raised; no retry, no second pod."""
+    assert scenario_run.state() == "failed"
+    assert_one_try(scenario_run, "failed")
+    assert "the workload printed a result that is not JSON" in scenario_run.log()
+    assert len(scheduled(scenario_run.emulator)) == 1
+    assert train_pods(scenario_run.emulator) == []  # deleted by KPO's on_finish_action
+
+
+@scenarios(kube("gpu_kubernetes_skip"))
+def test_skip_on_exit_code_skips_as_with_kpo(scenario_run: ScenarioRun) -> None:
+    """Behaviour 9: the task is skipped (the run itself succeeds, as with KPO)."""
+    assert scenario_run.state() == "success"
+    assert_one_try(scenario_run, "skipped")
+    assert "Skipping task." in scenario_run.log()
+    assert scenario_run.xcom("gpu_interruptions") in (None, [])
+
+
+@scenarios(kube("gpu_kubernetes_node_pressure", injector=lambda: Disrupter("evict_for_node_pressure")))
+def test_a_node_pressure_eviction_is_moved_but_is_not_a_spot_reclaim(scenario_run: ScenarioRun) -> None:
+    """Behaviour 12: the kubelet's node-pressure eviction (DisruptionTarget TerminationByKubelet,
+    reason Evicted) is recorded as an eviction, and the pod is replaced."""
+    assert scenario_run.state() == "success"
+    assert_one_try(scenario_run, "success")
+    assert isinstance(scenario_run.injector, Disrupter)
+    [evicted] = scenario_run.injector.disrupted
+    [interruption] = scenario_run.xcom("gpu_interruptions")
+    assert interruption["workload"] == evicted and interruption["outcome"] == "evicted"
+    assert interruption["backend"] == "kubernetes" and interruption["action"] == "resubmit"
+    assert "result 465" in scenario_run.log()
+
+
+@scenarios(kube("gpu_kubernetes_deleted", injector=lambda: Disrupter("delete_by_person")))
+def test_a_pod_deleted_by_a_person_is_not_taken_for_a_reclaim(scenario_run: ScenarioRun) -> None:
+    """Behaviour 12: ``kubectl delete pod`` while the node stays: the try fails (retryable), nothing is
+    resubmitted inside it; Airflow's retry then runs the task again."""
+    assert scenario_run.state() == "success"
+    tries = scenario_run.tries()
+    assert [t["state"] for t in tries] == ["failed", "success"], tries
+    assert "deleted while it ran" in scenario_run.log(try_number=1)
     assert scenario_run.xcom("gpu_interruptions") == []

@@ -60,7 +60,7 @@ def test_fanout_through_the_rest_api(airflow_stack: tuple[AirflowStack, Kubernet
     interruptions = [stack.xcom(DAG_ID, run_id, "score_shard", "gpu_interruptions", i) for i in range(5)]
     preempted = [fault["pod"] for fault in emulator.faults if fault["fault"] == "preempt"]
     assert len(preempted) == 1
-    assert [i["pod"] for items in interruptions for i in items] == preempted  # injected == reported
+    assert [i["workload"] for items in interruptions for i in items] == preempted  # injected == reported
     assert all(i["reason"] == "TerminationByKubelet" for items in interruptions for i in items)
     results = [stack.xcom(DAG_ID, run_id, "score_shard", map_index=i) for i in range(5)]
     assert [r["shard"] for r in results] == [0, 1, 2, 3, 4]
@@ -113,11 +113,11 @@ def test_batch_training_through_the_rest_api(
     assert stack.xcom(BATCH_DAG_ID, run_id, "evaluate") == result
     [interruption] = stack.xcom(BATCH_DAG_ID, run_id, "train", "gpu_interruptions")
     reclaimed = [f for f in stack_batch_emulator.faults if f["fault"] == "reclaim"]
-    assert interruption["reason"] == "SpotReclaim" and interruption["job"] == reclaimed[-1]["job"]
+    assert interruption["reason"] == "SpotReclaim" and interruption["workload"] == reclaimed[-1]["job"]
     assert stack.xcom(BATCH_DAG_ID, run_id, "train", "gpu_accelerator") == {
         "accelerator": "A10G",
         "capacity": "spot",
-        "queue": "gpu-spot",
+        "location": "gpu-spot",
     }
     printed: list[str] = []
     report_batch(stack, run_id, printed.append)  # what `make demo` prints at the end

@@ -66,18 +66,53 @@ def test_label_schemes_and_capacity(scheme: str, key: str) -> None:
     assert pod["metadata"]["labels"]["airflow-gpu/capacity"] == "spot"
 
 
-def test_user_arguments_win() -> None:
-    resources = k8s.V1ResourceRequirements(limits={"nvidia.com/gpu": "1", "memory": "1Gi"})
-    toleration = k8s.V1Toleration(key="dedicated", operator="Exists")
+def test_user_arguments_add_to_the_gpu_ones_and_win_where_both_set_a_key() -> None:
+    """A user's toleration keeps the GPU and spot tolerations, a user's volume keeps ``/dev/shm``, a
+    user's node affinity is required together with the GPU's (behaviour 11 of issue 12)."""
+    resources = k8s.V1ResourceRequirements(limits={"memory": "1Gi"}, requests={"ephemeral-storage": "10Gi"})
     pod = build(
-        accelerator="H100:8", container_resources=resources, tolerations=[toleration], termination_grace_period=5,
+        accelerator="H100:8", capacity="spot", container_resources=resources, termination_grace_period=5,
+        tolerations=[k8s.V1Toleration(key="dedicated", operator="Exists")],
+        volumes=[k8s.V1Volume(name="data", empty_dir=k8s.V1EmptyDirVolumeSource())],
+        volume_mounts=[k8s.V1VolumeMount(name="data", mount_path="/data")],
         affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["mine"]}]}]}}},
     )  # fmt: skip
-    assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1", "memory": "1Gi"}
-    assert [t["key"] for t in pod["spec"]["tolerations"]] == ["dedicated"]
-    assert expressions(pod) == [{"key": "pool", "operator": "In", "values": ["mine"]}]
+    container = pod["spec"]["containers"][0]
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "8", "memory": "1Gi"}  # the user's memory wins
+    assert container["resources"]["requests"]["ephemeral-storage"] == "10Gi"
+    keys = [t["key"] for t in pod["spec"]["tolerations"]]
+    assert "nvidia.com/gpu" in keys and "dedicated" in keys and any("spot" in k or "capacity" in k for k in keys)
+    assert {v["name"] for v in pod["spec"]["volumes"]} == {"dshm", "data"}
+    assert {m["mountPath"] for m in container["volumeMounts"]} == {"/dev/shm", "/data"}
+    required = {e["key"] for e in expressions(pod)}
+    assert "pool" in required and "nvidia.com/gpu.product" in required
     assert pod["spec"]["terminationGracePeriodSeconds"] == 5
+
+
+def test_where_both_set_the_same_key_the_user_wins() -> None:
+    pod = build(
+        accelerator="H100:8",
+        volumes=[k8s.V1Volume(name="dshm", empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory", size_limit="1Gi"))],
+        tolerations=[k8s.V1Toleration(key="nvidia.com/gpu", operator="Equal", value="yes", effect="NoSchedule")],
+        affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["mine"]}]}]}}},
+    )  # fmt: skip
+    assert [v["emptyDir"].get("sizeLimit") for v in pod["spec"]["volumes"] if v["name"] == "dshm"] == ["1Gi"]
+    gpu = [t for t in pod["spec"]["tolerations"] if t["key"] == "nvidia.com/gpu"]
+    assert gpu == [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "yes", "effect": "NoSchedule"}]
+    products = [e for e in expressions(pod) if e["key"] == "nvidia.com/gpu.product"]
+    assert products == [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["mine"]}]
+
+
+def test_cpu_and_memory_are_templated_and_translated_after_rendering() -> None:
+    """Behaviour 10: a template is rendered before the spec translation (no parse-time check then)."""
+    from jinja2 import Environment
+
+    operator = GPUKubernetesOperator(task_id="t", name="train", cmds=["true"], accelerator="L4", memory="{{ mem }}")
+    operator.render_template_fields({"mem": "20Gi"}, jinja_env=Environment())  # type: ignore[arg-type]
+    pod = ApiClient().sanitize_for_serialization(operator.build_pod_request_obj(dry_run=True))
+    assert pod["spec"]["containers"][0]["resources"]["limits"]["memory"] == "20Gi"
 
 
 def test_image_is_selected_or_validated_at_parse_time() -> None:
@@ -122,41 +157,51 @@ def test_candidates_keep_one_image_each() -> None:
 def test_each_pod_carries_the_resubmission_state() -> None:
     """The state a retry or a resumed deferral reads back: placement, counts and interruptions."""
     operator = GPUKubernetesOperator(task_id="t", name="train", accelerator=["H100:8", "L4:4"], capacity="spot")
-    interruption = {"pod": "train-abc", "reason": "TerminationByKubelet"}
-    operator._restore(
-        {"candidate": 1, "capacity": "on-demand", "submissions": 3, "interruptions_on_capacity": 0,
-         "interruptions": [interruption]}
-    )  # fmt: skip
+    interruption = {"workload": "train-abc", "reason": "TerminationByKubelet"}
+    saved = {"version": 1, "candidate": 1, "capacity": "on-demand", "submissions": 3, "interruptions_on_capacity": 0,
+             "interruptions": [interruption], "seen": ["train-abc#1"], "workload": None}  # fmt: skip
+    operator._restore(saved, "in the test")
     pod = operator.build_pod_request_obj(dry_run=True)
     state = json.loads(pod.metadata.annotations[STATE_ANNOTATION])
-    assert state == {
-        "candidate": 1,
-        "capacity": "on-demand",
-        "submissions": 3,
-        "interruptions_on_capacity": 0,
-        "interruptions": [interruption],
-    }
+    assert state == saved
     env = {e.name: e.value for e in pod.spec.containers[0].env}
     assert env["AIRFLOW_GPU_ACCELERATOR"] == "L4:4" and env["AIRFLOW_GPU_ATTEMPT"] == "4"
     assert env["AIRFLOW_GPU_INTERRUPTIONS"] == "1" and env["AIRFLOW_GPU_CAPACITY"] == "on-demand"
+    assert pod.spec.containers[0].image == operator.images[1]
 
     fresh = GPUKubernetesOperator(task_id="t", name="train", accelerator=["H100:8", "L4:4"], capacity="spot")
     fresh._restore_from_pod(pod)  # what a retry does after reattaching to this pod
-    assert fresh._state() == state and str(fresh.accelerator) == "L4:4"
+    assert fresh.spot_run.to_json() == state and str(fresh.accelerator) == "L4:4"
 
 
 def test_saved_state_for_a_candidate_the_dag_no_longer_has_is_ignored() -> None:
     operator = GPUKubernetesOperator(task_id="t", accelerator="L4")
-    operator._restore({"candidate": 2, "capacity": "spot", "submissions": 1})
-    assert operator._state()["candidate"] == 0 and operator._state()["submissions"] == 0
+    operator._restore({"version": 1, "candidate": 2, "capacity": "spot", "submissions": 1}, "in the test")
+    assert operator.spot_run.placement.candidate == 0 and operator.spot_run.submissions == 0
 
 
 def test_deferral_carries_the_state() -> None:
     operator = GPUKubernetesOperator(task_id="t", accelerator="L4", deferrable=True)
-    operator._restore({"candidate": 0, "capacity": None, "submissions": 2, "interruptions": [{"pod": "p"}]})
+    operator._restore({"version": 1, "candidate": 0, "capacity": None, "submissions": 2}, "in the test")
     with pytest.raises(TaskDeferred) as deferred:
         operator.defer(trigger=TimeDeltaTrigger(timedelta(seconds=1)), method_name="trigger_reentry")
-    assert deferred.value.kwargs == {"gpu_state": operator._state()}
+    assert deferred.value.kwargs == {"gpu_state": operator.spot_run.to_json()}
     with pytest.raises(TaskDeferred) as other:  # another method's kwargs are left alone
         operator.defer(trigger=TimeDeltaTrigger(timedelta(seconds=1)), method_name="execute_complete")
     assert other.value.kwargs is None
+
+
+def test_a_mapped_instances_pods_carry_its_map_index_in_every_process() -> None:
+    """Behaviour 13: a deferred task resumes in a fresh process that never ran ``execute``; the pod it
+    submits next must still carry the map index (and the restored placement). ``Ti`` stands in for
+    Airflow's task instance: only its identity is read."""
+
+    class Ti:
+        dag_id, task_id, run_id, map_index, try_number = "d", "t", "r", 3, 1
+
+    resumed = GPUKubernetesOperator(task_id="t", name="train", accelerator=["H100:8", "L4:4"], deferrable=True)
+    resumed._restore({"version": 1, "candidate": 1, "capacity": None, "submissions": 1}, "carried by the deferral")
+    context = {"ti": Ti(), "run_id": "r", "dag": None}
+    pod = resumed.build_pod_request_obj(context, dry_run=True)  # type: ignore[arg-type]
+    assert pod.metadata.name.startswith("train-3-") and pod.spec.containers[0].image == resumed.images[1]
+    assert resumed.name == "train"  # the operator's own field is left as the user gave it

@@ -11,7 +11,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_gpu.spot.batch import classify_attempt, classify_job, interruptions, retry_strategy
+from airflow_gpu.spot.batch import (
+    CapacityClock,
+    capacity_cancel_reason,
+    classify_attempt,
+    classify_attempts,
+    classify_job,
+    retry_strategy,
+)
 from airflow_gpu.spot.classifier import Outcome
 from airflow_gpu.spot.policy import SpotPolicy
 from airflow_gpu.testing.batch.retry import action_after_attempt
@@ -55,19 +62,56 @@ def test_attempts(shape: dict[str, Any], outcome: Outcome, reason: str, interrup
     assert (got.outcome, got.reason, got.interrupted) == (outcome, reason, interrupted)
 
 
+def interrupted(job: dict[str, Any]) -> int:
+    return sum(1 for a in classify_attempts(job) if a.interrupted)
+
+
 def test_jobs() -> None:
+    # A job not yet ended is running whatever its reason: how long it waits is the clock's business.
     stuck = {"status": "RUNNABLE", "statusReason": "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY - no Spot capacity"}
-    assert classify_job(stuck).outcome is Outcome.UNSCHEDULABLE
-    assert classify_job(stuck).reason == "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
+    assert classify_job(stuck).outcome is Outcome.RUNNING
     assert classify_job({"status": "RUNNABLE"}).outcome is Outcome.RUNNING
     assert classify_job({"status": "RUNNING", "attempts": []}).outcome is Outcome.RUNNING
     reclaimed_twice = {"status": "FAILED", "statusReason": RECLAIM, "attempts": [attempt(RECLAIM, 143)] * 2}
-    assert classify_job(reclaimed_twice).outcome is Outcome.PREEMPTED
-    assert len(interruptions(reclaimed_twice)) == 2
+    assert classify_job(reclaimed_twice).outcome is Outcome.PREEMPTED and interrupted(reclaimed_twice) == 2
     recovered = {"status": "SUCCEEDED", "attempts": [attempt(RECLAIM, 143), attempt("Essential container", 0)]}
-    assert classify_job(recovered).outcome is Outcome.SUCCEEDED and len(interruptions(recovered)) == 1
+    assert classify_job(recovered).outcome is Outcome.SUCCEEDED and interrupted(recovered) == 1
     cancelled = {"status": "FAILED", "statusReason": "Cancelled by Airflow", "attempts": []}
     assert classify_job(cancelled).outcome is Outcome.INFRASTRUCTURE
+
+
+@pytest.mark.parametrize(
+    "status_reason",
+    [
+        # A queue's jobStateTimeLimitActions (AWS Batch user guide, "Job queue parameters"): the job is
+        # cancelled with no attempt, and the reason names the blocking reason.
+        "Canceled by JobStateTimeLimit action due to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY",
+        "Canceled by JobStateTimeLimit action due to reason: MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT",
+        # Ours, past capacity_timeout, with and without a reason from AWS.
+        capacity_cancel_reason({"statusReason": "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY - no capacity"}, 600),
+        capacity_cancel_reason({}, 600),
+    ],
+)
+def test_a_job_cancelled_for_capacity_is_unschedulable_not_an_infrastructure_failure(status_reason: str) -> None:
+    # Even after Batch retried a reclaimed attempt and the job then waited RUNNABLE again.
+    for attempts in ([], [attempt(RECLAIM, 143)]):
+        got = classify_job({"status": "FAILED", "statusReason": status_reason, "attempts": attempts})
+        assert got.outcome is Outcome.UNSCHEDULABLE and got.message == status_reason
+
+
+def test_the_cancel_reason_names_awss_reason_only_when_there_is_one() -> None:
+    assert "CAPACITY:INSUFFICIENT" in capacity_cancel_reason({"statusReason": "CAPACITY:INSUFFICIENT"}, 30)
+    assert "AWS gave no reason" in capacity_cancel_reason({}, 30)
+    assert len(capacity_cancel_reason({"statusReason": "x" * 5000}, 30)) <= 1024  # CancelJob's limit
+
+
+@given(st.lists(st.tuples(st.sampled_from(["SUBMITTED", "RUNNABLE", "STARTING", "RUNNING"]), st.floats(0, 50))))
+def test_the_capacity_clock_counts_only_an_unbroken_runnable_wait(observations: list[tuple[str, float]]) -> None:
+    clock, now, since = CapacityClock(timeout=60), 0.0, None
+    for status, step in observations:
+        now += step
+        since = (since if since is not None else now) if status == "RUNNABLE" else None
+        assert clock.expired(status, now) == (since is not None and now - since > 60)
 
 
 @given(st.integers(min_value=0, max_value=100))

@@ -1,52 +1,45 @@
 """``GPUBatchHook``: the amazon provider's ``BatchClientHook`` plus what a GPU job needs from Batch.
 
-Three things the official hook does not do: register a job definition only when its content
+What the official hook does not do: register a job definition only when its content
 changed (a DAG parsed every few seconds must not add a revision per run), describe many jobs in
-one call (DescribeJobs takes 100 ids), and say which GPUs a queue can actually launch, so that a
-job that would sit in RUNNABLE forever fails with "queue gpu-spot offers g5 (A10G) only" instead.
+one call (DescribeJobs takes 100 ids, and Batch throttles it: retried with backoff, as
+``get_job_description`` does), and say which GPUs a queue can actually launch, so that a job that
+would sit in RUNNABLE forever fails with "queue gpu-spot offers g5 (A10G) only" instead. It also
+reads a job's logs where the job writes them (its own ``awslogs-group``), waiting out CloudWatch's
+ingestion lag for the result line.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from airflow.sdk.exceptions import AirflowException
 
 try:
     from airflow.providers.amazon.aws.hooks.batch_client import BatchClientHook
 except ImportError as error:  # pragma: no cover - depends on the installed extras
     raise ImportError("GPUBatchHook needs the amazon provider: pip install 'airflow-provider-gpu[amazon]'") from error
 
-from airflow_gpu.accelerators.batch import InstanceOffer, describe_offers, instance_offers
-from airflow_gpu.accelerators.spec import Accelerator
+from airflow_gpu.accelerators.batch import instance_offers
+from airflow_gpu.accelerators.batch_queues import QueueOffer, unreadable_types
+from airflow_gpu.utils.results import RESULT_MARKER, last_result
+
+__all__ = ["DEFAULT_LOG_GROUP", "SPEC_HASH_TAG", "GPUBatchHook", "QueueOffer", "definition_hash"]
 
 #: Tag on a job definition revision: the hash of what was registered.
 SPEC_HASH_TAG = "airflow-gpu/spec-hash"
 DESCRIBE_JOBS_LIMIT = 100
 SPOT_TYPES = frozenset({"SPOT", "FARGATE_SPOT"})
-
-
-@dataclass(frozen=True)
-class QueueOffer:
-    """A job queue, whether its capacity is spot, and the accelerator instance types it launches."""
-
-    name: str
-    capacity: str  # "spot", "on-demand" or "mixed"
-    offers: tuple[InstanceOffer, ...]
-
-    def can_run(self, accelerator: Accelerator) -> bool:
-        names = {v.memory_gb for v in accelerator.variants}
-        return any(
-            o.accelerator == accelerator.type
-            and o.instance_type.accelerators >= accelerator.count
-            and o.instance_type.memory_gb in names
-            for o in self.offers
-        )
-
-    def describe(self) -> str:
-        return f"queue {self.name} ({self.capacity}) offers {describe_offers(self.offers)}"
+#: Where a job logs when its definition names no ``awslogs-group`` (the Batch default).
+DEFAULT_LOG_GROUP = "/aws/batch/job"
+#: How many times DescribeJobs is tried when Batch throttles it, as ``get_job_description`` does.
+THROTTLE_RETRIES = 8
+#: Polls for a job DescribeJobs does not return yet before the job is taken for lost.
+MISSING_POLLS = 5
 
 
 def definition_hash(definition: Mapping[str, Any]) -> str:
@@ -81,13 +74,62 @@ class GPUBatchHook(BatchClientHook):
         return str(answer["jobDefinitionArn"])
 
     def describe_jobs_batched(self, job_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
-        """DescribeJobs for any number of ids, 100 per call; ids Batch no longer knows are absent."""
+        """DescribeJobs for any number of ids, 100 per call; ids Batch does not (yet) know are absent."""
         ids = list(dict.fromkeys(job_ids))
         found: dict[str, dict[str, Any]] = {}
         for start in range(0, len(ids), DESCRIBE_JOBS_LIMIT):
-            for job in self.api.describe_jobs(jobs=ids[start : start + DESCRIBE_JOBS_LIMIT])["jobs"]:
+            for job in self._describe_jobs(ids[start : start + DESCRIBE_JOBS_LIMIT]):
                 found[job["jobId"]] = job
         return found
+
+    def describe_job(self, job_id: str, interval: float, missing_polls: int = MISSING_POLLS) -> dict[str, Any]:
+        """One job; DescribeJobs is eventually consistent, so a job just submitted may be missing a few times."""
+        for poll in range(missing_polls):
+            job = self.describe_jobs_batched([job_id]).get(job_id)
+            if job is not None:
+                return job
+            time.sleep(min(interval, 2**poll))
+        raise AirflowException(f"AWS Batch does not know job {job_id} after {missing_polls} DescribeJobs")
+
+    def cancel_runnable(self, job_id: str, reason: str, interval: float, timeout: float = 60) -> dict[str, Any]:
+        """CancelJob, then the job once it left RUNNABLE: FAILED if the cancel took, else STARTING or later.
+
+        CancelJob only acts on SUBMITTED, PENDING and RUNNABLE jobs; a job that left RUNNABLE
+        between the describe and the cancel keeps running, and must be followed, never replaced.
+        Some CancelJob references say a cancelled RUNNABLE job stays RUNNABLE until it reaches the
+        head of its queue, where it is cancelled instead of started: still RUNNABLE after
+        ``timeout``, the job is taken as cancelled (its status shown as FAILED with ``reason``).
+        """
+        self.log.warning("Cancelling job %s: %s", job_id, reason)
+        self.api.cancel_job(jobId=job_id, reason=reason)
+        deadline = time.monotonic() + timeout
+        while True:
+            current = self.describe_job(job_id, interval)
+            if current["status"] not in ("RUNNABLE", "FAILED", "SUCCEEDED"):
+                self.log.info("Job %s started before the cancel (%s): following it", job_id, current["status"])
+            if current["status"] != "RUNNABLE":
+                return current
+            if time.monotonic() >= deadline:
+                self.log.warning("Job %s is still RUNNABLE %gs after CancelJob: taken as cancelled", job_id, timeout)
+                return {**current, "status": "FAILED", "statusReason": reason}
+            time.sleep(min(interval, 2))
+
+    def _describe_jobs(self, ids: list[str]) -> list[dict[str, Any]]:
+        """One DescribeJobs call, tried again with exponential backoff while Batch throttles it."""
+        from botocore.exceptions import ClientError
+
+        for tries in range(THROTTLE_RETRIES):
+            try:
+                return list(self.api.describe_jobs(jobs=ids)["jobs"])
+            except ClientError as error:
+                if error.response.get("Error", {}).get("Code") != "TooManyRequestsException":
+                    raise
+                if tries == THROTTLE_RETRIES - 1:
+                    raise
+                pause = self.exponential_delay(tries + 1)
+                self.log.warning("DescribeJobs throttled (%s); trying again in %.1f s", error, pause)
+                time.sleep(pause)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def queue_offers(self, queue: str) -> QueueOffer:
         """Which capacity and accelerator instance types the queue's compute environments launch."""
@@ -99,4 +141,68 @@ class GPUBatchHook(BatchClientHook):
         kinds = {(e.get("computeResources") or {}).get("type", "EC2") for e in environments}
         capacity = "spot" if kinds <= SPOT_TYPES else "on-demand" if not kinds & SPOT_TYPES else "mixed"
         types = [t for e in environments for t in (e.get("computeResources") or {}).get("instanceTypes") or []]
-        return QueueOffer(queues[0]["jobQueueName"], capacity, instance_offers(types))
+        offers = instance_offers(types)
+        unmanaged = [
+            f"{e['computeEnvironmentName']} (UNMANAGED)"
+            for e in environments
+            if e.get("type") == "UNMANAGED" or not (e.get("computeResources") or {}).get("instanceTypes")
+        ]
+        return QueueOffer(queues[0]["jobQueueName"], capacity, offers, (*unmanaged, *unreadable_types(types, offers)))
+
+    # --- logs -----------------------------------------------------------------------------
+
+    @staticmethod
+    def log_group(job: Mapping[str, Any]) -> str | None:
+        """The job's CloudWatch log group, as ``get_job_all_awslogs_info`` reads it; None without awslogs."""
+        configuration = (job.get("container") or {}).get("logConfiguration") or {}
+        if configuration.get("logDriver", "awslogs") != "awslogs":
+            return None
+        return str((configuration.get("options") or {}).get("awslogs-group") or DEFAULT_LOG_GROUP)
+
+    @staticmethod
+    def attempt_streams(job: Mapping[str, Any]) -> list[str]:
+        """Each attempt's log stream, oldest first (the running attempt's last)."""
+        streams = [(a.get("container") or {}).get("logStreamName") for a in job.get("attempts") or []]
+        streams.append((job.get("container") or {}).get("logStreamName"))
+        return [s for s in dict.fromkeys(streams) if s]
+
+    def read_result(self, job: Mapping[str, Any], wait: float, poll: float = 1.0) -> tuple[bool, Any]:
+        """``(found, value)`` of the last result line of the job's final attempt.
+
+        CloudWatch makes events readable seconds after they were written, so a job may be
+        SUCCEEDED before its result line can be read: the line is waited for up to ``wait``
+        seconds, reading the newest events of the stream (one GetLogEvents a poll: the API is
+        throttled per account). A stream that does not exist yet is "not yet"; any other error is
+        retried until ``wait`` has passed, then raised. A job without awslogs or without a stream
+        has no result (``found`` False). A result line that is not JSON raises ``ResultError``.
+        """
+        from airflow.providers.amazon.aws.hooks.logs import AwsLogsHook
+        from botocore.exceptions import ClientError
+
+        group, streams = self.log_group(job), self.attempt_streams(job)
+        if group is None or not streams:
+            return False, None
+        options = ((job.get("container") or {}).get("logConfiguration") or {}).get("options") or {}
+        logs = AwsLogsHook(
+            aws_conn_id=self.aws_conn_id, region_name=options.get("awslogs-region") or self.conn_region_name
+        )
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                events = logs.conn.get_log_events(logGroupName=group, logStreamName=streams[-1], startFromHead=False)
+                found = last_result(str(e["message"]) for e in events["events"])
+            except ClientError as error:
+                if time.monotonic() >= deadline:
+                    raise
+                if error.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
+                    self.log.warning("Reading %s/%s: %s; trying again", group, streams[-1], error)
+                found = (False, None)
+            if found[0]:
+                return found
+            if time.monotonic() >= deadline:
+                self.log.warning(
+                    "No %s line was readable within log_lag=%gs after job %s SUCCEEDED (CloudWatch ingestion "
+                    "can lag: raise log_lag if the job prints one)", RESULT_MARKER, wait, job.get("jobId"),
+                )  # fmt: skip
+                return found
+            time.sleep(min(poll, max(deadline - time.monotonic(), 0)))

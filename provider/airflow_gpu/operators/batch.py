@@ -1,70 +1,60 @@
 """``GPUBatchOperator``: the amazon provider's ``BatchOperator`` from one accelerator spec, riding out spot.
 
-What it adds to ``BatchOperator``, and where each piece lives:
-
-* the job definition (image, command, GPU/vCPU/memory requirements, ``/dev/shm``, Neuron
-  devices) comes from the spec (``airflow_gpu.accelerators.batch``) and is registered only when
-  its content changed (``GPUBatchHook.register_job_definition_once``); its ``retryStrategy`` lets
-  Batch retry spot reclaims itself, up to the policy's budget (``airflow_gpu.spot.batch``);
-* every attempt of the finished job is read with the shared outcomes and the ``SpotPolicy``
-  decides (``airflow_gpu.spot.policy``): spot exhausted -> the on-demand queue, RUNNABLE without
-  capacity past ``capacity_timeout`` -> cancel and the next candidate, then on-demand (the pain of
-  apache/airflow#38298), a bug -> fail without burning Airflow retries;
-* the job id is recorded before waiting, with the task try's identity in the job's tags, so a
-  retry after a worker crash follows the job still running instead of submitting a second one
-  (apache/airflow#72413, #19218); ``on_kill`` terminates it;
-* ``deferrable=True`` waits in ``GPUBatchJobTrigger``, which polls DescribeJobs for up to 100 jobs
-  per call across all deferred tasks of the triggerer.
-
-Submitting, links and the CloudWatch log fetcher are ``BatchOperator``'s.
+This module only translates; the pieces live elsewhere. Each SubmitJob is built from the
+rendered arguments and the run's placement (``accelerators.batch_job``), on a job definition
+registered once per content (``GPUBatchHook``) whose ``retryStrategy`` lets Batch retry spot
+reclaims itself. The spot run (``spot.run``) reads every attempt of the ended job and decides:
+spot exhausted -> on-demand; RUNNABLE past ``capacity_timeout``, whatever reason AWS gives or not
+-> cancel and, if it really did not start, the next candidate (apache/airflow#38298); a bug ->
+fail without Airflow retries. The run's state is saved before waiting and the try's identity
+rides in the job's tags, so a retry after a worker crash takes over that job, running or ended,
+instead of submitting another (apache/airflow#72413). Results and logs come from the job's own
+``awslogs-group``, waiting out CloudWatch's ingestion lag. ``deferrable=True`` waits in
+``GPUBatchJobTrigger`` (one DescribeJobs per 100 jobs for the whole triggerer).
 """
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 try:
     from airflow.providers.amazon.aws.operators.batch import BatchOperator
-    from airflow.providers.amazon.aws.utils.task_log_fetcher import AwsTaskLogFetcher
+    from airflow.providers.amazon.aws.utils import trim_none_values
 except ImportError as error:  # pragma: no cover - depends on the installed extras
     raise ImportError(
         "GPUBatchOperator needs the amazon provider: pip install 'airflow-provider-gpu[amazon]'"
     ) from error
 
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferralTimeout
 
+from airflow_gpu.accelerators import batch_job
 from airflow_gpu.accelerators.batch import BatchPlacement, to_batch
-from airflow_gpu.accelerators.errors import AcceleratorSpecError
+from airflow_gpu.accelerators.batch_queues import QueueOffer, check_offers, check_queues, offered_placement
 from airflow_gpu.accelerators.quantities import CpuAmount, MemoryAmount
 from airflow_gpu.accelerators.shared_memory import SharedMemory
 from airflow_gpu.accelerators.spec import Accelerator, parse_candidates
-from airflow_gpu.hooks.batch import GPUBatchHook, QueueOffer
+from airflow_gpu.hooks.batch import GPUBatchHook
 from airflow_gpu.images.selection import resolve_image
-from airflow_gpu.spot.batch import classify_attempt, classify_job, retry_strategy
-from airflow_gpu.spot.classifier import Classification, Outcome
-from airflow_gpu.spot.policy import Placement, SpotPolicy, next_step
-from airflow_gpu.utils.results import ACCELERATOR_XCOM_KEY, INTERRUPTIONS_XCOM_KEY, ResultError, last_result
+from airflow_gpu.operators.spot_task import bad_result, fail, log_interruptions, publish, save_run, saved_run
+from airflow_gpu.spot import batch as spot_batch
+from airflow_gpu.spot.batch import FINAL, CapacityClock
+from airflow_gpu.spot.policy import Placement, SpotPolicy
+from airflow_gpu.spot.run import SpotRun
+from airflow_gpu.utils.batch_links import earlier_job, persist_job_links, persist_log_link
+from airflow_gpu.utils.batch_logs import AttemptLogs
+from airflow_gpu.utils.results import ResultError
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-CAPACITY_QUEUES = ("spot", "on-demand")
 JOB_ID_XCOM_KEY = "batch_job_id"
-#: Where the job id and the resubmission state are recorded before waiting (Airflow 3.3+).
+#: Where the run's state is recorded before waiting (Airflow 3.3+ task state store).
 STATE_KEY = "airflow_gpu_batch_job"
-#: Job tags that carry the task try's identity, checked before a retry reattaches.
-IDENTITY_TAGS = ("airflow-gpu/dag", "airflow-gpu/task", "airflow-gpu/run", "airflow-gpu/map-index")
-TRY_TAG = "airflow-gpu/try"
-ACTIVE = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
-
-
-def _name(*parts: str) -> str:
-    """A Batch name: letters, digits, hyphens and underscores, at most 128 characters."""
-    return re.sub(r"[^A-Za-z0-9_-]+", "-", "--".join(parts))[:128]
+#: Trigger failures in a row (DescribeJobs keeps failing) before the task gives up on waiting.
+MAX_TRIGGER_ERRORS = 3
 
 
 class GPUBatchOperator(BatchOperator):
@@ -84,13 +74,17 @@ class GPUBatchOperator(BatchOperator):
     :param job_definition: your own job definition: the spec then travels as container overrides,
         and its ``retryStrategy`` is kept.
     :param driver_version: the hosts' NVIDIA driver, to select or validate the image's CUDA.
+    :param log_lag: the longest CloudWatch ingestion lag to wait out, in seconds: for the result line
+        after a success (ended early once it is read), for the last lines of a failed job.
 
-    Every ``BatchOperator`` argument works too. The task's return value is the JSON of the last
-    ``::airflow-gpu-result::<json>`` line the job printed, else the job id (XCom ``batch_job_id``
-    always holds the job id).
+    Every ``BatchOperator`` argument works too; ``job_name`` is templated, and a mapped task's
+    jobs get ``-m<map index>``. The task's return value is the JSON of the last
+    ``::airflow-gpu-result::<json>`` line the job printed, else the job id (XCom
+    ``batch_job_id`` always holds the job id).
     """
 
     template_fields: Sequence[str] = (*BatchOperator.template_fields, "command", "environment")
+    aws_hook_class = GPUBatchHook
 
     def __init__(
         self,
@@ -108,10 +102,11 @@ class GPUBatchOperator(BatchOperator):
         job_definition: str | None = None,
         job_name: str | None = None,
         driver_version: str | None = None,
+        log_lag: float = 10.0,
         **kwargs: Any,
     ) -> None:
         self.candidates = parse_candidates(accelerator)
-        self.queues = self._check_queues(job_queue, job_queues)
+        self.queues = check_queues(job_queue, job_queues)
         self.spot = spot if isinstance(spot, SpotPolicy) else SpotPolicy(**(spot or {}))
         self.images = tuple(resolve_image(image, c, driver_version) for c in self.candidates)
         self.placements: tuple[BatchPlacement, ...] = tuple(
@@ -120,44 +115,27 @@ class GPUBatchOperator(BatchOperator):
         self.command = list(command) if command is not None else None
         self.environment = dict(environment or {})
         self.user_job_definition = job_definition
+        self.log_lag = log_lag
         kwargs.setdefault("awslogs_enabled", True)
         kwargs.setdefault("awslogs_fetch_interval", timedelta(seconds=5))
         if isinstance(kwargs["awslogs_fetch_interval"], int | float):  # seconds, as poll_interval takes them
             kwargs["awslogs_fetch_interval"] = timedelta(seconds=kwargs["awslogs_fetch_interval"])
         kwargs.setdefault("poll_interval", 10)
         self.initial_capacity = "spot" if "spot" in self.queues else ("on-demand" if self.queues else None)
-        self.base_job_name = job_name or kwargs.get("task_id", "gpu-job")  # every submission's name, + map index
         super().__init__(
-            job_name=self.base_job_name,
+            job_name=job_name or kwargs.get("task_id", "gpu-job"),
             job_definition=job_definition or "generated-at-execute",
             job_queue=job_queue or self.queues[self.initial_capacity or "spot"],
             **kwargs,
         )
-        self._placement = Placement(0, self.initial_capacity)  # type: ignore[arg-type]
-        self._submissions = 0
-        self._interruptions_on_capacity = 0
-        self.interruptions: list[dict[str, Any]] = []
-        self._seen_attempts: set[str] = set()
+        # Falling back needs somewhere to fall back to: without an on-demand queue the policy cannot.
+        policy = self.spot
+        if self.queues and "on-demand" not in self.queues:
+            policy = policy.model_copy(update={"fallback_to_on_demand": False})
+        self.spot_run = SpotRun.start(policy, self.candidates, "batch", self.initial_capacity)  # type: ignore[arg-type]
         self._offers: dict[str, QueueOffer] = {}  # queue name -> what it launches, read at execute
-
-    @staticmethod
-    def _check_queues(job_queue: str | None, job_queues: Mapping[str, str] | None) -> dict[str, str]:
-        if job_queue and job_queues:
-            raise AcceleratorSpecError(
-                "job_queues", dict(job_queues), "give job_queue or job_queues, not both", ["job_queue='gpu-spot'"]
-            )
-        if job_queues is None:
-            if not job_queue:
-                raise AcceleratorSpecError("job_queue", job_queue, "a job queue is required", ["'gpu-spot'"])
-            return {}
-        unknown = set(job_queues) - set(CAPACITY_QUEUES)
-        if unknown or not job_queues:
-            raise AcceleratorSpecError(
-                "job_queues", dict(job_queues), "keys are capacity types", ["{'spot': ..., 'on-demand': ...}"]
-            )
-        return dict(job_queues)
-
-    aws_hook_class = GPUBatchHook
+        self._logs: AttemptLogs | None = None
+        self._context: Context | None = None
 
     @property
     def gpu_hook(self) -> GPUBatchHook:
@@ -166,342 +144,149 @@ class GPUBatchOperator(BatchOperator):
 
     @property
     def accelerator(self) -> Accelerator:
-        return self.candidates[self._placement.candidate]
+        return self.candidates[self.spot_run.placement.candidate]
 
     def _queue_for(self, placement: Placement) -> str:
-        if not self.queues:
-            return str(self.job_queue)
-        return self.queues[placement.capacity or self.initial_capacity or "spot"]
+        return self.queues[placement.capacity or "spot"] if self.queues else str(self.job_queue)
 
-    def _placement_offered(self, placement: Placement) -> Placement:
-        """Each candidate goes to a queue whose compute environments launch it.
-
-        When the queue of the placement's capacity cannot launch the candidate, the other
-        capacity's queue is used if it can (a GPU only on on-demand capacity), else the next
-        candidate that some queue offers. Without queue information the placement stands.
-        """
-        offers = self._offers
-        if not offers:
-            return placement
-        order = [placement.capacity, *(c for c in CAPACITY_QUEUES if c != placement.capacity)]
-        for candidate in range(placement.candidate, len(self.candidates)):
-            for capacity in order if self.queues else [placement.capacity]:
-                if self.queues and capacity not in self.queues:
-                    continue
-                queue = offers.get(self._queue_for(Placement(candidate, capacity)))  # type: ignore[arg-type]
-                if queue is not None and queue.can_run(self.candidates[candidate]):
-                    chosen = Placement(candidate, capacity)  # type: ignore[arg-type]
-                    if chosen != placement:
-                        self.log.warning(
-                            "%s on %s capacity is not offered by its queue; using %s on %s",
-                            self.candidates[placement.candidate], placement.capacity,
-                            self.candidates[candidate], capacity,
-                        )  # fmt: skip
-                    return chosen
-        return placement
-
-    # --- the job --------------------------------------------------------------------------
+    # --- the submission: built from the rendered arguments and the placement ---------------
 
     def _definition(self, context: Context) -> str:
         """The job definition ARN for the current candidate: the user's, or ours registered once."""
         if self.user_job_definition:
-            return self.user_job_definition
-        i = self._placement.candidate
-        placement = self.placements[i]
-        container: dict[str, Any] = {
-            "image": self.images[i],
-            "resourceRequirements": placement.resource_requirements,
-            "linuxParameters": placement.linux_parameters,
-        }
-        if self.command:
-            container["command"] = self.command
-        definition = {
-            "type": "container",
-            "containerProperties": container,
-            "retryStrategy": retry_strategy(self.spot),
-            "propagateTags": True,
-            "tags": {"airflow-gpu/accelerator": str(self.candidates[i])},
-        }
-        name = _name(context["ti"].dag_id, self.task_id, self.candidates[i].type)
+            return str(self.job_definition)  # rendered: job_definition is a template field
+        i = self.spot_run.placement.candidate
+        retry = spot_batch.retry_strategy(self.spot)
+        definition = batch_job.job_definition(self.images[i], self.placements[i], retry, str(self.candidates[i]))
+        name = batch_job.batch_name(context["ti"].dag_id, self.task_id, self.candidates[i].type)
         return self.gpu_hook.register_job_definition_once(name, definition)
 
-    def _overrides(self) -> dict[str, Any]:
-        env = {
-            **self.environment,
-            "AIRFLOW_GPU_ACCELERATOR": str(self.accelerator),
-            "AIRFLOW_GPU_CAPACITY": self._placement.capacity or "any",
-            "AIRFLOW_GPU_ATTEMPT": str(self._submissions + 1),
-            "AIRFLOW_GPU_INTERRUPTIONS": str(len(self.interruptions)),
-        }
-        overrides: dict[str, Any] = dict(self.container_overrides or {})
-        overrides["environment"] = [
-            *(overrides.get("environment") or []),
-            *({"name": k, "value": str(v)} for k, v in env.items()),
-        ]
-        if self.user_job_definition:  # the spec rides on the user's definition as overrides
-            overrides.setdefault(
-                "resourceRequirements", self.placements[self._placement.candidate].resource_requirements
-            )
-            if self.command:
-                overrides.setdefault("command", self.command)
-        return overrides
-
-    def _identity(self, context: Context) -> dict[str, str]:
-        ti = context["ti"]
-        return {
-            "airflow-gpu/dag": ti.dag_id,
-            "airflow-gpu/task": ti.task_id,
-            "airflow-gpu/run": str(ti.run_id)[:256],
-            "airflow-gpu/map-index": str(getattr(ti, "map_index", -1)),
-            TRY_TAG: str(ti.try_number),
-        }
-
     def submit_job(self, context: Context) -> None:
-        """``BatchOperator.submit_job`` with our definition, overrides, queue, name and identity tags."""
-        self._placement = self._placement_offered(self._placement)
-        self.job_definition = self._definition(context)
-        self.job_queue = self._queue_for(self._placement)
-        self.container_overrides = self._overrides()
-        self.tags = {**(self.tags or {}), **self._identity(context)}
-        map_index = getattr(context["ti"], "map_index", -1)
-        mapped = map_index is not None and map_index >= 0
-        self.job_name = _name(f"{self.base_job_name}-m{map_index}" if mapped else self.base_job_name)
-        super().submit_job(context)
-        self._record(context)
-
-    # --- state that outlives this process -------------------------------------------------
-
-    def _state(self) -> dict[str, Any]:
-        return {
-            "job_id": self.job_id,
-            "candidate": self._placement.candidate,
-            "capacity": self._placement.capacity,
-            "submissions": self._submissions,
-            "interruptions_on_capacity": self._interruptions_on_capacity,
-            "interruptions": self.interruptions,
-            "seen_attempts": sorted(self._seen_attempts),
+        """SubmitJob for the run's placement; the operator's own fields stay as the user rendered them."""
+        placement = offered_placement(
+            self.spot_run.placement, self.candidates, self.queues, str(self.job_queue), self._offers
+        )
+        if placement != self.spot_run.placement:
+            self.log.warning("%s is not offered by its queue; using %s", self.accelerator, placement)
+            self.spot_run.move_to(placement)
+        args = {
+            **{name: getattr(self, attribute) for name, attribute in batch_job.PASSED_THROUGH.items()},
+            "jobName": batch_job.job_name(str(self.job_name), getattr(context["ti"], "map_index", -1)),
+            "jobQueue": self._queue_for(placement),
+            "jobDefinition": self._definition(context),
+            "tags": {**(self.tags or {}), **batch_job.identity_tags(context["ti"])},
+            "containerOverrides": batch_job.container_overrides(
+                self.container_overrides,
+                self.environment,
+                self.spot_run.environment(),
+                self.placements[placement.candidate],
+                self.command,
+                on_user_definition=bool(self.user_job_definition),
+            ),
+            "timeout": {"attemptDurationSeconds": self.submit_job_timeout} if self.submit_job_timeout else None,
         }
-
-    def _restore(self, state: Mapping[str, Any]) -> None:
-        candidate = int(state.get("candidate", 0))
-        if 0 <= candidate < len(self.candidates):
-            self._placement = Placement(candidate, state.get("capacity"))
-        self._submissions = int(state.get("submissions", 0))
-        self._interruptions_on_capacity = int(state.get("interruptions_on_capacity", 0))
-        self.interruptions = list(state.get("interruptions", []))
-        self._seen_attempts = set(state.get("seen_attempts", []))
-        self.job_id = state.get("job_id")
-
-    def _record(self, context: Context) -> None:
-        """The job id (and state) before any waiting: the XCom for people, the state store for retries."""
+        self.log.info("Submitting %s on %s to queue %s", args["jobName"], self.accelerator, args["jobQueue"])
+        try:
+            self.job_id = self.gpu_hook.api.submit_job(**trim_none_values(args))["jobId"]
+        except Exception as error:
+            raise AirflowException(f"AWS Batch refused the job: {error}") from error
+        self.spot_run.submitted(str(self.job_id))
         context["ti"].xcom_push(key=JOB_ID_XCOM_KEY, value=self.job_id)
-        store = context.get("task_state_store")
-        if store is not None:
-            store.set(STATE_KEY, self._state())
+        save_run(context, STATE_KEY, self.spot_run)  # before anything else can fail
+        job = self.gpu_hook.describe_job(str(self.job_id), self.poll_interval)
+        persist_job_links(context, self, self.gpu_hook, job)
 
-    def _job_to_reattach(self, context: Context) -> dict[str, Any] | None:
-        """A job an earlier try of this task started and Batch still runs, if any."""
-        store = context.get("task_state_store")
-        saved = store.get(STATE_KEY) if store is not None else None
-        if not isinstance(saved, dict) or not saved.get("job_id"):
-            return None
-        job_id = str(saved["job_id"])
-        job = self.gpu_hook.describe_jobs_batched([job_id]).get(job_id)
-        if job is None or job["status"] not in ACTIVE:
-            return None
-        tags = job.get("tags") or {}
-        identity = self._identity(context)
-        mismatch = [k for k in IDENTITY_TAGS if tags.get(k) != identity[k]]
-        job_try = tags.get(TRY_TAG, "0")
-        if mismatch or not job_try.isdigit() or int(job_try) > context["ti"].try_number:
-            self.log.warning("Not reattaching to job %s: its tags %s are not this task try's", job["jobId"], tags)
-            return None
-        self._restore(saved)
+    def _earlier_job(self, context: Context) -> dict[str, Any] | None:
+        job = earlier_job(context, STATE_KEY, self.gpu_hook, self.spot_run, self.log)
+        if job is not None:
+            self.job_id = job["jobId"]
+            context["ti"].xcom_push(key=JOB_ID_XCOM_KEY, value=self.job_id)  # this try's XCom starts empty
         return job
 
     # --- the loop -------------------------------------------------------------------------
 
     def execute(self, context: Context) -> Any:
-        reattached = self._job_to_reattach(context)
-        if reattached is not None:
-            self.log.info("Reattached to AWS Batch job %s (%s) of an earlier try", self.job_id, reattached["status"])
-            self._record(context)  # this try's XCom starts empty
-        else:
+        self._context = context  # for on_kill
+        if self._earlier_job(context) is None:
             self._check_queue_offers()
             self.submit_job(context)
-        if self.deferrable:
-            self._defer(context)
-        return self._follow(context)
-
-    def _follow(self, context: Context) -> Any:
-        while True:
-            job, capacity_reason = self._wait(context)
-            outcome = self._classify(job, capacity_reason)
-            result = self._after(context, job, outcome)
-            if result is not _RESUBMITTED:
-                return result
-            self.submit_job(context)
-            if self.deferrable:
-                self._defer(context)
-
-    def _classify(self, job: dict[str, Any], capacity_reason: str | None) -> Classification:
-        if capacity_reason is not None:
-            return Classification(Outcome.UNSCHEDULABLE, capacity_reason.split(" ", 1)[0], capacity_reason)
-        return classify_job(job)
-
-    def _wait(self, context: Context) -> tuple[dict[str, Any], str | None]:
-        """Poll until the job ends or sits RUNNABLE without capacity too long; follow each attempt's log."""
-        assert self.job_id is not None
-        runnable_since: float | None = None
-        fetcher: AwsTaskLogFetcher | None = None
-        followed: str | None = None
         try:
             while True:
-                job = self.gpu_hook.describe_jobs_batched([self.job_id])[self.job_id]
-                stream = (job.get("container") or {}).get("logStreamName")
-                if self.awslogs_enabled and stream and stream != followed and job["status"] != "RUNNABLE":
-                    if fetcher is not None:
-                        fetcher.stop()
-                        fetcher.join()
-                    fetcher, followed = self._log_fetcher(stream), stream
-                    fetcher.start()
-                if job["status"] in ("SUCCEEDED", "FAILED"):
-                    return job, None
-                if classify_job(job).outcome is Outcome.UNSCHEDULABLE:
-                    runnable_since = runnable_since or time.monotonic()
-                    if time.monotonic() - runnable_since > self.spot.capacity_timeout:
-                        return self._cancel_for_capacity(job)
-                else:
-                    runnable_since = None
-                time.sleep(self.poll_interval)
+                if self.deferrable:
+                    self._defer(context)
+                result = self._conclude(context, self._wait(context))
+                if result is not _RESUBMIT:
+                    return result
+                self.submit_job(context)
         finally:
-            if fetcher is not None:
-                fetcher.stop()
-                fetcher.join()
+            self.logs.close(settle=False)
 
-    def _log_fetcher(self, stream: str) -> AwsTaskLogFetcher:
-        return AwsTaskLogFetcher(
-            aws_conn_id=self.aws_conn_id,
-            region_name=self.hook.conn_region_name,
-            log_group="/aws/batch/job",
-            log_stream_name=stream,
-            fetch_interval=self.awslogs_fetch_interval,
-            logger=self.log,
+    def _wait(self, context: Context) -> dict[str, Any]:
+        """Poll until the job ends; past ``capacity_timeout`` in RUNNABLE, cancel it (and keep following
+        it if it started meanwhile). Each attempt's log is followed into the task log."""
+        clock = CapacityClock(self.spot.capacity_timeout)
+        job = self.gpu_hook.describe_job(str(self.job_id), self.poll_interval)
+        while True:
+            if self.awslogs_enabled:
+                self.logs.follow(job)
+            if job["status"] in FINAL:
+                return job
+            if clock.expired(job["status"], time.monotonic()):
+                job = self._cancel_for_capacity(job)
+                continue
+            time.sleep(self.poll_interval)
+            job = self.gpu_hook.describe_job(str(self.job_id), self.poll_interval)
+
+    @property
+    def logs(self) -> AttemptLogs:
+        if self._logs is None:
+            region, interval = self.hook.conn_region_name, self.awslogs_fetch_interval
+            self._logs = AttemptLogs(self.aws_conn_id, region, interval, self.log, self.log_lag)
+        return self._logs
+
+    def _cancel_for_capacity(self, job: dict[str, Any]) -> dict[str, Any]:  # if it started meanwhile, follow it
+        reason = spot_batch.capacity_cancel_reason(job, self.spot.capacity_timeout)
+        return self.gpu_hook.cancel_runnable(job["jobId"], reason, self.poll_interval)
+
+    def _conclude(self, context: Context, job: dict[str, Any]) -> Any:
+        """Hand the ended job to the spot run; return the result, resubmit, or fail."""
+        decision = self.spot_run.finish(
+            spot_batch.classify_job(job),
+            spot_batch.classify_attempts(job),
+            workload=job["jobId"],
+            location=spot_batch.queue_name(job),
         )
-
-    def _cancel_for_capacity(self, job: dict[str, Any]) -> tuple[dict[str, Any], str]:
-        """Never leave a job waiting in RUNNABLE to start later next to its replacement."""
-        reason = str(job.get("statusReason") or "no capacity")
-        self.log.warning("Job %s RUNNABLE past capacity_timeout (%s); cancelling it", job["jobId"], reason)
-        self.gpu_hook.api.cancel_job(jobId=job["jobId"], reason=f"airflow-gpu: no capacity ({reason})"[:1024])
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            current = self.gpu_hook.describe_jobs_batched([job["jobId"]])[job["jobId"]]
-            if current["status"] in ("SUCCEEDED", "FAILED"):
-                return current, reason
-            time.sleep(min(self.poll_interval, 2))
-        raise AirflowException(f"job {job['jobId']} did not stop after CancelJob")
-
-    def _after(self, context: Context, job: dict[str, Any], outcome: Classification) -> Any:
-        """Record the job's interruptions, then succeed, resubmit or fail as the policy says."""
-        reclaimed_here = self._record_attempts(job)
-        if outcome.outcome is Outcome.SUCCEEDED:
-            self._publish(context)
-            return self._result(job)
-        before = self._interruptions_on_capacity + max(reclaimed_here - 1, 0)
-        # Falling back needs somewhere to fall back to: without an on-demand queue the policy cannot.
-        policy = self.spot
-        if self.queues and "on-demand" not in self.queues:
-            policy = policy.model_copy(update={"fallback_to_on_demand": False})
-        decision = next_step(
-            policy,
-            outcome,
-            self._placement,
-            before,
-            len(self.candidates),
-            self.initial_capacity,  # type: ignore[arg-type]
-        )
-        self.log.warning("Job %s ended %s: %s", job["jobId"], outcome.outcome.value, decision.message)
-        if self.interruptions:
-            self.interruptions = [*self.interruptions[:-1], {**self.interruptions[-1], "next": decision.message}]
-        self._publish(context)
+        persist_log_link(context, self, self.gpu_hook, job)
+        if decision.action == "succeed":
+            try:
+                result = self._result(job)
+            finally:  # a result line that is not JSON ends this try too
+                save_run(context, STATE_KEY, self.spot_run, open_=False)
+            publish(context, self.spot_run, spot_batch.queue_name(job))
+            return result
+        log_interruptions(self.log, self.spot_run, decision, job["jobId"])
+        publish(context, self.spot_run, spot_batch.queue_name(job))
         if decision.action != "resubmit":
-            history = "".join(
-                f"\n  - {i['time']} job {i['job']} on {i['accelerator']}/{i['capacity']}: {i['reason']}"
-                for i in self.interruptions
-            )
-            message = decision.message + (f"\nInterruptions:{history}" if history else "")
-            if decision.retry_allowed:
-                raise AirflowException(message)
-            raise AirflowFailException(message)
-        if decision.placement.capacity != self._placement.capacity:
-            self._interruptions_on_capacity = 0
-        elif decision.counts_as_interruption:
-            self._interruptions_on_capacity = before + 1
-        self._placement = decision.placement
-        self._submissions += 1
-        self.log.info("Submitting a new job on %s (%s)", self.accelerator, self._queue_for(self._placement))
-        return _RESUBMITTED
-
-    def _record_attempts(self, job: dict[str, Any]) -> int:
-        """Each reclaimed attempt once, as an interruption; returns how many this job had."""
-        reclaimed = 0
-        for number, attempt in enumerate(job.get("attempts") or [], start=1):
-            classification = classify_attempt(attempt)
-            if not classification.interrupted:
-                continue
-            reclaimed += 1
-            key = f"{job['jobId']}#{number}"
-            if key in self._seen_attempts:
-                continue
-            self._seen_attempts.add(key)
-            self.interruptions = [
-                *self.interruptions,
-                {
-                    "time": datetime.now(timezone.utc).isoformat(),
-                    "job": job["jobId"],
-                    "attempt": number,
-                    "accelerator": str(self.accelerator),
-                    "capacity": self._placement.capacity or "any",
-                    "queue": self._queue_for(self._placement),
-                    "outcome": classification.outcome.value,
-                    "reason": classification.reason,
-                    "message": classification.message,
-                    "exit_code": classification.exit_code,
-                },
-            ]
-            self.log.warning("GPU interruption %d: %s", len(self.interruptions), classification.message)
-        return reclaimed
+            self._flush_logs(job, settle=True)  # the traceback, say, may still be on its way
+            save_run(context, STATE_KEY, self.spot_run, open_=False)
+            fail(self.spot_run, decision)
+        if not self.deferrable:  # a deferred task prints them once the next job is submitted
+            self.logs.retire(job)
+        save_run(context, STATE_KEY, self.spot_run)
+        return _RESUBMIT
 
     def _result(self, job: dict[str, Any]) -> Any:
-        """The last ``::airflow-gpu-result::`` line of the successful attempt, else the job id."""
-        stream = (job.get("container") or {}).get("logStreamName")
-        if stream:
-            from airflow.providers.amazon.aws.hooks.logs import AwsLogsHook
-
-            logs = AwsLogsHook(aws_conn_id=self.aws_conn_id, region_name=self.hook.conn_region_name)
-            try:
-                found, value = last_result(str(e["message"]) for e in logs.get_log_events("/aws/batch/job", stream))
-            except ResultError as error:  # a bug in the workload: retrying will not fix it
-                raise AirflowFailException(str(error)) from error
-            if found:
-                return value
-        return self.job_id
-
-    def _publish(self, context: Context) -> None:
-        ti = context["ti"]
-        ti.xcom_push(key=INTERRUPTIONS_XCOM_KEY, value=list(self.interruptions))
-        ti.xcom_push(
-            key=ACCELERATOR_XCOM_KEY,
-            value={
-                "accelerator": str(self.accelerator),
-                "capacity": self._placement.capacity or "any",
-                "queue": self._queue_for(self._placement),
-            },
-        )
-        store = context.get("task_state_store")
-        if store is not None:
-            store.set(STATE_KEY, self._state())
+        """The last result line of the successful attempt (waiting out ingestion lag), else the job id."""
+        if not self.do_xcom_push:
+            self._flush_logs(job, settle=True)
+            return None
+        try:
+            found, value = self.gpu_hook.read_result(job, self.log_lag)
+        except ResultError as error:
+            raise bad_result(error) from error
+        finally:  # the lag is waited out: the result line is read, or log_lag has passed
+            self._flush_logs(job, settle=False)
+        return value if found else self.job_id
 
     def _check_queue_offers(self) -> None:
         """Skip candidates no queue can launch, and fail at once if none can: never RUNNABLE forever."""
@@ -512,31 +297,26 @@ class GPUBatchOperator(BatchOperator):
             self.log.warning("Could not read the queues' instance types (%s); submitting as asked", error)
             return
         self._offers = {o.name: o for o in offers}
-        runnable = [i for i, c in enumerate(self.candidates) if any(o.can_run(c) for o in offers)]
-        if not runnable:
-            wanted = ", ".join(str(c) for c in self.candidates)
-            raise AirflowFailException(f"no queue can launch {wanted}: " + "; ".join(o.describe() for o in offers))
-        if runnable[0] != self._placement.candidate:
-            self.log.warning("Skipping %s: no queue offers it", self.accelerator)
-            self._placement = Placement(runnable[0], self._placement.capacity)
-        spec = self.accelerator
-        for offer in offers:  # Batch, not the job, picks the instance type among the queue's
-            others = sorted(
-                {o.accelerator for o in offer.offers if o.accelerator != spec.type}
-                & {o.accelerator for o in offer.offers if o.instance_type.accelerators >= spec.count}
-            )
-            if others:
-                self.log.warning(
-                    "%s: a job asking for %d GPUs may land on %s instead of %s; give %s a queue of its own to be sure",
-                    offer.describe(), spec.count, ", ".join(others), spec.type, spec.type,
-                )  # fmt: skip
+        refusal, warnings = check_offers(offers, self.candidates)
+        for warning in warnings:
+            self.log.warning(warning)
+        if refusal:
+            raise AirflowFailException(refusal)
+
+    def on_kill(self, reason: str = spot_batch.KILLED[0]) -> None:
+        """Mark Failed, or ``execution_timeout``: the job must not run on, billed, nor be taken over."""
+        if self._context is not None:
+            save_run(self._context, STATE_KEY, self.spot_run, open_=False)
+        if self.job_id:
+            self.gpu_hook.api.terminate_job(jobId=self.job_id, reason=reason)
+            self.log.info("Terminated AWS Batch job %s: %s", self.job_id, reason)
 
     # --- deferrable -----------------------------------------------------------------------
 
-    def _defer(self, context: Context) -> None:
+    def _defer(self, context: Context, errors: int = 0) -> None:
         from airflow_gpu.triggers.batch import GPUBatchJobTrigger
 
-        self._record(context)
+        save_run(context, STATE_KEY, self.spot_run)
         self.defer(
             trigger=GPUBatchJobTrigger(
                 job_id=str(self.job_id),
@@ -546,44 +326,66 @@ class GPUBatchOperator(BatchOperator):
                 capacity_timeout=self.spot.capacity_timeout,
             ),
             method_name="resume_after_trigger",
-            kwargs={"gpu_state": self._state()},
+            kwargs={"gpu_state": self.spot_run.to_json(), "errors": errors},
+            timeout=self.execution_timeout,
         )
 
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
+        """Airflow's resume; a deferral that timed out (``execution_timeout``) terminates the job first."""
+        try:
+            return super().resume_execution(next_method, next_kwargs, context)
+        except TaskDeferralTimeout:
+            saved, self._context = saved_run(context, STATE_KEY), context
+            self.job_id = saved.get("workload") if saved else None
+            self.on_kill(spot_batch.KILLED[1])
+            raise
+
     def resume_after_trigger(
-        self, context: Context, event: dict[str, Any] | None = None, gpu_state: dict[str, Any] | None = None
+        self,
+        context: Context,
+        event: dict[str, Any] | None = None,
+        gpu_state: dict[str, Any] | None = None,
+        errors: int = 0,
     ) -> Any:
-        """Back from the trigger: print the attempts' logs, then decide as the synchronous path does."""
-        store = context.get("task_state_store")
-        saved = gpu_state if gpu_state is not None else (store.get(STATE_KEY) if store is not None else None)
-        if isinstance(saved, dict):  # ``dag.test()`` resumes with the event only; the store has the state
-            self._restore(saved)
+        """Back from the trigger: re-check the job (it may have started since), then as the sync path."""
+        self._context = context
+        saved = gpu_state if gpu_state is not None else saved_run(context, STATE_KEY)
+        if saved and (ignored := self.spot_run.restore(saved)):  # ``dag.test()``: the store has the state
+            self.log.warning("The saved GPU state is ignored: %s", ignored)
         event = event or {}
-        self.job_id = event.get("job_id") or self.job_id
-        if event.get("status") == "error":
-            raise AirflowException(f"waiting for job {self.job_id} failed: {event.get('message')}")
-        assert self.job_id is not None
-        job = self.gpu_hook.describe_jobs_batched([self.job_id])[self.job_id]
-        capacity_reason = None
-        if event.get("status") == "capacity_timeout":
-            job, capacity_reason = self._cancel_for_capacity(job)
-        elif self.awslogs_enabled:
-            for attempt in job.get("attempts") or []:
-                stream = (attempt.get("container") or {}).get("logStreamName")
-                if stream:
-                    fetcher = self._log_fetcher(stream)
-                    fetcher.start()
-                    fetcher.stop()
-                    fetcher.join()
-        result = self._after(context, job, self._classify(job, capacity_reason))
-        if result is not _RESUBMITTED:
+        self.job_id = event.get("job_id") or self.spot_run.workload
+        if event.get("status") == "error":  # the job runs on: look again, and wait again a few times
+            self.log.warning("Waiting for job %s failed: %s", self.job_id, event.get("message"))
+            if errors >= MAX_TRIGGER_ERRORS:
+                raise AirflowException(
+                    f"waiting for job {self.job_id} failed {errors + 1} times: {event.get('message')}"
+                )
+        job = self.gpu_hook.describe_job(str(self.job_id), self.poll_interval)
+        if event.get("status") == "capacity_timeout" and job["status"] == "RUNNABLE":
+            job = self._cancel_for_capacity(job)
+        if job["status"] not in FINAL:  # started meanwhile (or the trigger failed): wait for it again
+            self._defer(context, errors + 1 if event.get("status") == "error" else 0)
+        result = self._conclude(context, job)
+        if result is not _RESUBMIT:
             return result
         self.submit_job(context)
+        self._flush_logs(job, settle=True)  # the replacement is on its way meanwhile
         self._defer(context)
         return None
 
+    def _flush_logs(self, job: Mapping[str, Any], settle: bool) -> None:
+        """The job has ended: the followed streams read their last lines (after the lag, with
+        ``settle``); a deferred task prints every attempt of the job."""
+        if not (self.deferrable and self.awslogs_enabled):
+            self.logs.close(settle)
+            return
+        if settle:
+            time.sleep(self.log_lag)
+        self.logs.print_all(job)
 
-class _Resubmitted:
-    """Marker: the job was resubmitted, keep going."""
+
+class _Resubmit:
+    """Marker: the job was not the last; submit the next."""
 
 
-_RESUBMITTED = _Resubmitted()
+_RESUBMIT = _Resubmit()

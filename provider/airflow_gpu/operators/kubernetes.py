@@ -1,24 +1,20 @@
 """``GPUKubernetesOperator``: a ``KubernetesPodOperator`` that takes an accelerator spec and rides out spot.
 
-What it adds to KPO, and where each piece lives:
+This module only translates; the pieces live elsewhere. Each pod is KPO's, built from the user's
+(rendered) arguments, with the run's placement added on top (``accelerators.kubernetes`` for the
+spec, ``accelerators.pod_merge`` so that a user's tolerations, volumes or affinity add to the GPU
+ones); the operator's own fields are never rewritten between pods. Each finished pod is
+classified (``spot.classifier``) and the spot run (``spot.run``) decides: a preempted pod is
+replaced inside the same task try, a pod unschedulable past ``capacity_timeout`` moves to the
+next candidate and then on-demand, a bug fails without burning retries. The workload learns its
+accelerator, attempt and interruptions from the environment, and gets a spot notice file
+(``preStop``) and SIGTERM with the policy's grace period.
 
-* the pod's resources, node affinity, tolerations and ``/dev/shm`` come from the spec
-  (``airflow_gpu.accelerators.kubernetes``), the image from ``image="auto"`` or is validated
-  (``airflow_gpu.images``), all when the DAG is parsed;
-* each finished pod is classified (``airflow_gpu.spot.classifier``) and the ``SpotPolicy``
-  decides (``airflow_gpu.spot.policy``): a preempted pod is resubmitted inside the same task try,
-  a pod unschedulable past ``capacity_timeout`` moves to the next candidate accelerator and then to
-  on-demand, a bug fails the task without burning retries;
-* the workload learns its accelerator, attempt and interruptions from the environment, and gets a
-  spot notice file (written by a ``preStop`` hook) and SIGTERM with the policy's grace period.
-
-Both modes keep all of it: ``deferrable=True`` resubmits from ``trigger_reentry`` and carries its
-state through each deferral. The state also rides on every pod (annotation ``airflow-gpu/state``),
+The run's state rides through each deferral and on every pod (annotation ``airflow-gpu/state``),
 so a retry that reattaches after a worker crash knows the interruptions so far. Reattaching only
 takes a pod that carries this task try's identity (dag, task, run, map index, an earlier or equal
 try, the uid it recorded): a pod name is a slot, not an identity (apache/airflow#71743).
-
-Everything else is KPO's: pod launching, log streaming, ``on_kill``.
+Everything else is KPO's: pod launching, log streaming, cleanup, ``on_kill``.
 """
 
 from __future__ import annotations
@@ -27,7 +23,6 @@ import contextlib
 import json
 import time
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 try:
@@ -41,20 +36,22 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
         "GPUKubernetesOperator needs the cncf-kubernetes provider: pip install 'airflow-provider-gpu[kubernetes]'"
     ) from error
 
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from airflow_gpu.accelerators.errors import AcceleratorSpecError
-from airflow_gpu.accelerators.kubernetes import CAPACITIES, LabelScheme, MigStrategy, to_kubernetes
+from airflow_gpu.accelerators.kubernetes import CAPACITIES, KubernetesPlacement, LabelScheme, MigStrategy, to_kubernetes
 from airflow_gpu.accelerators.quantities import CpuAmount, MemoryAmount
 from airflow_gpu.accelerators.shared_memory import SharedMemory
 from airflow_gpu.accelerators.spec import Accelerator, parse_candidates
 from airflow_gpu.hooks.kubernetes import cluster_gpu_capacity
 from airflow_gpu.images.selection import resolve_image
-from airflow_gpu.spot.classifier import Classification, Outcome, classify_pod
-from airflow_gpu.spot.policy import Capacity, Placement, SpotPolicy, next_step
-from airflow_gpu.utils.kubernetes import pod_operator_arguments
+from airflow_gpu.operators.spot_task import bad_result, fail, log_interruptions, publish
+from airflow_gpu.spot.classifier import Classification, Outcome, classify_deleted_pod, classify_pod, node_stays
+from airflow_gpu.spot.policy import Capacity, SpotPolicy
+from airflow_gpu.spot.run import SpotRun
+from airflow_gpu.utils.kubernetes import add_placement, to_dict
 from airflow_gpu.utils.pod_identity import identity_mismatch
-from airflow_gpu.utils.results import ACCELERATOR_XCOM_KEY, INTERRUPTIONS_XCOM_KEY, ResultError, last_result
+from airflow_gpu.utils.results import ResultError, last_result
 
 if TYPE_CHECKING:
     from datetime import timedelta
@@ -62,12 +59,15 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
     from airflow.triggers.base import BaseTrigger
 
-#: Arguments the spec fills in unless the user passed them to the operator.
-PLACEMENT_ARGUMENTS = ("container_resources", "affinity", "tolerations", "volumes", "volume_mounts")
 #: Where the ``preStop`` hook writes the spot notice; ``{pod}`` keeps pods apart on shared hosts.
 SPOT_NOTICE_PATH = "/tmp/airflow-gpu/{pod}/spot-notice"
-#: Pod annotation holding the resubmission state, read back when a retry reattaches to the pod.
+ENV_SPOT_NOTICE = "AIRFLOW_GPU_SPOT_NOTICE_FILE"
+#: Pod annotation holding the run's state, read back when a retry reattaches to the pod.
 STATE_ANNOTATION = "airflow-gpu/state"
+
+
+def _templated(value: object) -> bool:  # translated once rendered, at execute
+    return isinstance(value, str) and "{{" in value
 
 
 class GPUKubernetesOperator(KubernetesPodOperator):
@@ -77,8 +77,8 @@ class GPUKubernetesOperator(KubernetesPodOperator):
         (``["H100:8", "A100-80GB:8"]``).
     :param image: ``"auto"`` picks the newest catalog image that runs on the accelerator
         (and ``driver_version``); a reference is validated against every candidate.
-    :param cpu: cores (a number or a quantity such as ``"500m"``), requested.
-    :param memory: MiB as an int or a quantity such as ``"64Gi"``, requested and limited.
+    :param cpu: cores (a number or a quantity such as ``"500m"``), requested; templated.
+    :param memory: MiB as an int or a quantity such as ``"64Gi"``, requested and limited; templated.
     :param shared_memory: ``/dev/shm`` size: ``"auto"``, ``None`` (runtime default), MiB or a quantity.
     :param capacity: ``"spot"``, ``"on-demand"``, ``"spot-if-available"`` or None (no constraint).
     :param spot: the ``SpotPolicy``; the default resubmits up to 3 preemptions then falls back.
@@ -86,8 +86,9 @@ class GPUKubernetesOperator(KubernetesPodOperator):
     :param mig_strategy: ``"mixed"`` (``nvidia.com/mig-<profile>`` resources) or ``"single"``.
     :param driver_version: the nodes' NVIDIA driver, to select or validate the image's CUDA.
 
-    Any ``KubernetesPodOperator`` argument works too, and wins where it overlaps (resources,
-    affinity, tolerations, volumes, ``termination_grace_period``...).
+    Any ``KubernetesPodOperator`` argument works too. ``container_resources``, ``tolerations``,
+    ``affinity``, ``volumes`` and ``volume_mounts`` add to the GPU ones, winning where both set the
+    same key; ``termination_grace_period`` and the timeouts replace the policy's.
     """
 
     template_fields: Sequence[str] = (*KubernetesPodOperator.template_fields, "cpu", "memory")
@@ -118,63 +119,49 @@ class GPUKubernetesOperator(KubernetesPodOperator):
         self.driver_version = driver_version
         # One image per candidate, resolved (or refused) now, at DAG parse time.
         self.images = tuple(resolve_image(image, c, driver_version) for c in self.candidates)
-        self.user_placement = {name for name in PLACEMENT_ARGUMENTS if kwargs.get(name) is not None}
         kwargs.setdefault("termination_grace_period", self.spot.grace_period_seconds)
         kwargs.setdefault("schedule_timeout_seconds", int(self.spot.capacity_timeout))
         kwargs.setdefault("startup_timeout_seconds", max(120, int(self.spot.capacity_timeout)))
         super().__init__(image=self.images[0], **kwargs)
-        for candidate in self.candidates[1:]:  # every candidate's placement must translate, now
-            self._placement_arguments(Placement(0, capacity), candidate)
-        self._placement = Placement(0, capacity)
-        self._apply_placement(self._placement)
-        self._submissions = 0
-        self._interruptions_on_capacity = 0
-        self.interruptions: list[dict[str, Any]] = []
-        self._last_result: Classification | None = None
+        if not (_templated(cpu) or _templated(memory)):  # every candidate must translate, now
+            for index in range(len(self.candidates)):
+                self._placement(index, capacity)
+        self.spot_run = SpotRun.start(self.spot, self.candidates, "kubernetes", capacity)
+        self._outcome: Classification | None = None
         self._logged_result: Any = None
+        self._result_error: ResultError | None = None
 
-    # --- placement ------------------------------------------------------------------------
+    @property
+    def accelerator(self) -> Accelerator:  # the candidate the next (or current) pod runs on
+        return self.candidates[self.spot_run.placement.candidate]
 
-    def _placement_arguments(self, placement: Placement, candidate: Accelerator) -> dict[str, Any]:
-        spec = to_kubernetes(
-            candidate,
+    # --- the pod: KPO's, plus the run's placement -----------------------------------------
+
+    def _placement(self, candidate: int, capacity: Capacity | None) -> KubernetesPlacement:
+        """The spec's pod parts for a candidate, from the rendered ``cpu`` and ``memory``."""
+        return to_kubernetes(
+            self.candidates[candidate],
             cpu=self.cpu,
             memory=self.memory,
             shared_memory=self.shared_memory,
-            capacity=placement.capacity,
+            capacity=capacity,
             label_scheme=self.node_label_scheme,
             mig_strategy=self.mig_strategy,
         )
-        return pod_operator_arguments(spec)
-
-    def _apply_placement(self, placement: Placement) -> None:
-        candidate = self.candidates[placement.candidate]
-        for name, value in self._placement_arguments(placement, candidate).items():
-            if name not in self.user_placement:
-                setattr(self, name, value if name != "affinity" or value is not None else {})
-        self.image = self.images[placement.candidate]
-        self._placement = placement
-
-    @property
-    def accelerator(self) -> Accelerator:
-        """The candidate the next (or current) pod runs on."""
-        return self.candidates[self._placement.candidate]
-
-    # --- pod ------------------------------------------------------------------------------
 
     def build_pod_request_obj(self, context: Context | None = None, *, dry_run: bool = False) -> k8s.V1Pod:
-        """KPO's pod, plus the environment and the spot-notice hook the workload can use."""
+        """KPO's pod with the placement added, the run's environment, the spot-notice hook and state."""
         pod = super().build_pod_request_obj(context, dry_run=dry_run)
+        candidate = self.spot_run.placement.candidate
+        placement = self._placement(candidate, self.spot_run.placement.capacity)
         container = next(c for c in pod.spec.containers if c.name == self.base_container_name)
+        container.image = self.images[candidate]
+        add_placement(pod, container, placement)
+        pod.metadata.name = self._pod_name(pod.metadata.name, context)
         notice_file = SPOT_NOTICE_PATH.format(pod=pod.metadata.name)
-        env = {
-            "AIRFLOW_GPU_ACCELERATOR": str(self.accelerator),
-            "AIRFLOW_GPU_CAPACITY": self._placement.capacity or "any",
-            "AIRFLOW_GPU_ATTEMPT": str(self._submissions + 1),
-            "AIRFLOW_GPU_INTERRUPTIONS": str(len(self.interruptions)),
-            "AIRFLOW_GPU_SPOT_NOTICE_FILE": notice_file,
-        }
-        container.env = [*(container.env or []), *(k8s.V1EnvVar(name=k, value=v) for k, v in env.items())]
+        env = {**self.spot_run.environment(), ENV_SPOT_NOTICE: notice_file}
+        kept = [e for e in container.env or [] if e.name not in env]  # every variable once
+        container.env = [*kept, *(k8s.V1EnvVar(name=k, value=v) for k, v in env.items())]
         if container.lifecycle is None:
             notice = f"mkdir -p {notice_file.rsplit('/', 1)[0]} && date -u +%Y-%m-%dT%H:%M:%SZ > {notice_file}"
             container.lifecycle = k8s.V1Lifecycle(
@@ -183,43 +170,32 @@ class GPUKubernetesOperator(KubernetesPodOperator):
         pod.metadata.labels = {
             **(pod.metadata.labels or {}),
             "airflow-gpu/accelerator": self.accelerator.type.lower(),
-            "airflow-gpu/capacity": self._placement.capacity or "any",
+            "airflow-gpu/capacity": self.spot_run.capacity,
         }
-        pod.metadata.annotations = {**(pod.metadata.annotations or {}), STATE_ANNOTATION: json.dumps(self._state())}
+        state = json.dumps(self.spot_run.to_json())
+        pod.metadata.annotations = {**(pod.metadata.annotations or {}), STATE_ANNOTATION: state}
         return pod
+
+    def _pod_name(self, built: str, context: Context | None) -> str:
+        """A mapped instance's pods carry its map index, in every process (deferrals included)."""
+        map_index = getattr(context["ti"], "map_index", None) if context else None
+        if map_index is None or map_index < 0 or not self.name:
+            return built
+        name = f"{self.name}-{map_index}"
+        return add_unique_suffix(name=name) if self.random_name_suffix else name
 
     # --- state that outlives this process: deferrals and worker crashes -------------------
 
-    def _state(self) -> dict[str, Any]:
-        return {
-            "candidate": self._placement.candidate,
-            "capacity": self._placement.capacity,
-            "submissions": self._submissions,
-            "interruptions_on_capacity": self._interruptions_on_capacity,
-            "interruptions": self.interruptions,
-        }
-
-    def _restore(self, state: Mapping[str, Any]) -> None:
-        candidate = int(state.get("candidate", 0))
-        if not 0 <= candidate < len(self.candidates):  # the DAG changed under a running pod
-            self.log.warning("Ignoring saved GPU state for candidate %d of %d", candidate, len(self.candidates))
-            return
-        self._apply_placement(Placement(candidate, state.get("capacity")))
-        self._submissions = int(state.get("submissions", 0))
-        self._interruptions_on_capacity = int(state.get("interruptions_on_capacity", 0))
-        self.interruptions = list(state.get("interruptions", []))
+    def _restore(self, state: Mapping[str, Any] | None, where: str) -> None:
+        if state is not None and (ignored := self.spot_run.restore(state)):
+            self.log.warning("Ignoring the GPU state %s: %s", where, ignored)
 
     def _restore_from_pod(self, pod: k8s.V1Pod) -> None:
         saved = (pod.metadata.annotations or {}).get(STATE_ANNOTATION)
-        if saved:
-            try:
-                self._restore(json.loads(saved))
-            except (ValueError, TypeError) as error:
-                self.log.warning(
-                    "Pod %s has an unreadable %s annotation: %s", pod.metadata.name, STATE_ANNOTATION, error
-                )
-
-    # --- reattaching: only to this task's own pod -----------------------------------------
+        try:
+            self._restore(json.loads(saved) if saved else None, f"on pod {pod.metadata.name}")
+        except (ValueError, TypeError) as error:
+            self.log.warning("Pod %s has an unreadable %s annotation: %s", pod.metadata.name, STATE_ANNOTATION, error)
 
     def _get_pod_from_task_state_store(self, context: Context) -> k8s.V1Pod | None:
         """KPO's durable reconnect, fenced: the pod must carry this task try's identity."""
@@ -236,24 +212,16 @@ class GPUKubernetesOperator(KubernetesPodOperator):
             recorded_uid=str(stored["uid"]) if isinstance(stored, dict) and stored.get("uid") else None,
         )
         if mismatch:
-            self.log.warning(
-                "Not reattaching to pod %s/%s recorded for this task: %s",
-                pod.metadata.namespace,
-                pod.metadata.name,
-                mismatch,
-            )
+            self.log.warning("Not reattaching to pod %s/%s: %s", pod.metadata.namespace, pod.metadata.name, mismatch)
             return None
         return pod
 
     def _persist_pod_identity_to_task_state_store(self, context: Context, pod: k8s.V1Pod) -> None:
         """KPO records name and namespace; the uid goes with them so a reused name is not taken for ours."""
         store = context.get("task_state_store")
-        if store is None:
-            return
-        store.set(
-            POD_IDENTIFIER_STATE_KEY,
-            {"name": pod.metadata.name, "namespace": pod.metadata.namespace, "uid": pod.metadata.uid},
-        )
+        if store is not None:
+            identity = {"name": pod.metadata.name, "namespace": pod.metadata.namespace, "uid": pod.metadata.uid}
+            store.set(POD_IDENTIFIER_STATE_KEY, identity)
 
     def get_or_create_pod(self, pod_request_obj: k8s.V1Pod, context: Context) -> k8s.V1Pod:
         """KPO's get-or-create; a reattached pod brings its saved state, a taken name gets a suffix."""
@@ -264,15 +232,12 @@ class GPUKubernetesOperator(KubernetesPodOperator):
                 raise
             taken = pod_request_obj.metadata.name
             pod_request_obj.metadata.name = add_unique_suffix(name=taken)
-            self.log.warning(
-                "Pod name %s is taken by a pod that is not this task's; creating %s instead",
-                taken,
-                pod_request_obj.metadata.name,
-            )
+            self.log.warning("Pod name %s is another task's; creating %s", taken, pod_request_obj.metadata.name)
             pod = super().get_or_create_pod(pod_request_obj, context)
         if pod is not pod_request_obj:
             self.log.info("Reattached to pod %s of this task", pod.metadata.name)
             self._restore_from_pod(pod)
+        self.spot_run.submitted(pod.metadata.name)
         return pod
 
     def cleanup(
@@ -282,16 +247,37 @@ class GPUKubernetesOperator(KubernetesPodOperator):
         xcom_result: dict[Any, Any] | None = None,
         context: Context | None = None,
     ) -> None:
-        """Classify the pod before KPO deletes it or raises, and make sure an abandoned one is gone."""
-        self._last_result = self._logged_result = None
-        if not self._killed and (remote_pod or pod) is not None:
-            current = self._read_pod(remote_pod or pod)
-            self._last_result = classify_pod(current)
-            if self._last_result.outcome is Outcome.SUCCEEDED and not self.do_xcom_push:
-                self._logged_result = self._result_from_log(remote_pod or pod)
-            if current is not None and self._last_result.outcome is Outcome.UNSCHEDULABLE:
-                self._delete_and_wait(remote_pod or pod)  # never leave a pending pod to start later
-        super().cleanup(pod, remote_pod, xcom_result, context)
+        """Classify the pod and read its result, then always let KPO clean up (no pod left behind)."""
+        self._outcome = self._logged_result = self._result_error = None
+        try:  # only a pod that was created: a refused create (quota, webhook) stays KPO's error
+            if not self._killed and self.pod is not None:
+                self._classify(remote_pod or self.pod)
+        finally:
+            super().cleanup(pod, remote_pod, xcom_result, context)
+
+    def _classify(self, pod: k8s.V1Pod) -> None:
+        current = self._read_pod(pod)
+        if current is None:  # gone: a node reclaim, or deleted by a person while its node stayed
+            last_seen = to_dict(pod)
+            self._outcome = classify_deleted_pod(last_seen, self._node_stays(pod.spec.node_name if pod.spec else None))
+            return
+        self._outcome = classify_pod(current)
+        if self._outcome.outcome is Outcome.SUCCEEDED and not self.do_xcom_push:
+            try:
+                self._logged_result = self._result_from_log(pod)
+            except ResultError as error:  # a bug in the workload: raised once the pod is cleaned up
+                self._result_error = error
+        if self._outcome.outcome is Outcome.UNSCHEDULABLE:
+            self._delete_and_wait(pod)  # never leave a pending pod to start later
+
+    def _node_stays(self, node: str | None) -> bool | None:  # a drain or reclaim on its way: going
+        if not node:
+            return None
+        try:
+            found = to_dict(self.client.read_node(node))
+        except ApiException as error:
+            return False if error.status == 404 else None  # 403 (no `get nodes`): we cannot tell
+        return node_stays(found)
 
     def _read_pod(self, pod: k8s.V1Pod) -> dict[str, Any] | None:
         try:
@@ -300,7 +286,7 @@ class GPUKubernetesOperator(KubernetesPodOperator):
             if error.status == 404:
                 return None
             raise
-        serialized: dict[str, Any] = self.client.api_client.sanitize_for_serialization(fresh)
+        serialized: dict[str, Any] = to_dict(fresh)
         return serialized
 
     def _result_from_log(self, pod: k8s.V1Pod) -> Any:
@@ -308,38 +294,28 @@ class GPUKubernetesOperator(KubernetesPodOperator):
         response = self.client.read_namespaced_pod_log(
             pod.metadata.name, pod.metadata.namespace, container=self.base_container_name, _preload_content=False
         )
-        try:
-            return last_result(response.data.decode("utf-8", "replace").splitlines())[1]
-        except ResultError as error:  # a bug in the workload: retrying will not fix it
-            raise AirflowFailException(str(error)) from error
+        return last_result(response.data.decode("utf-8", "replace").splitlines())[1]
 
     def _delete_and_wait(self, pod: k8s.V1Pod) -> None:
-        try:
+        with contextlib.suppress(ApiException):
             self.client.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
-        except ApiException as error:
-            if error.status != 404:
-                raise
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and self._read_pod(pod) is not None:
             time.sleep(0.5)
 
-    # --- the resubmission loop ------------------------------------------------------------
-
-    def execute(self, context: Context) -> Any:
-        map_index = getattr(context["ti"], "map_index", None)
-        if map_index is not None and map_index >= 0 and self.name:  # pod names carry the map index
-            self.name = f"{self.name}-{map_index}"
-        return super().execute(context)
-
     def execute_sync(self, context: Context) -> Any:
         while True:
-            self._last_result = None
+            if self._killed:  # on_kill between two pods: no new one
+                raise AirflowException("the task was killed; no new pod is submitted")
+            self._outcome = None
             try:
                 result = super().execute_sync(context)
+            except AirflowSkipException:  # skip_on_exit_code: KPO's answer stands
+                raise
             except Exception as error:  # classified below; anything unclassified is re-raised
-                if self._last_result is None or self._killed:
+                if self._outcome is None or self._killed or self._outcome.outcome is Outcome.SUCCEEDED:
                     raise
-                self._after_failure(context, self._last_result, error)
+                self._after_failure(context, self._outcome, error)
                 continue
             return self._succeed(context, result)
 
@@ -351,38 +327,46 @@ class GPUKubernetesOperator(KubernetesPodOperator):
         kwargs: dict[str, Any] | None = None,
         timeout: timedelta | int | float | None = None,
     ) -> Any:
-        """KPO's deferral, carrying the resubmission state to the task process that resumes."""
+        """KPO's deferral, carrying the run's state to the task process that resumes."""
         if method_name == "trigger_reentry":
-            kwargs = {**(kwargs or {}), "gpu_state": self._state()}
+            kwargs = {**(kwargs or {}), "gpu_state": self.spot_run.to_json()}
         super().defer(trigger=trigger, method_name=method_name, kwargs=kwargs, timeout=timeout)
 
     def trigger_reentry(self, context: Context, event: dict[str, Any], gpu_state: dict[str, Any] | None = None) -> Any:
         """KPO's re-entry from the trigger, with the same classify-and-resubmit as ``execute_sync``."""
         if gpu_state is not None:
-            self._restore(gpu_state)
+            self._restore(gpu_state, "carried through the deferral")
         else:  # ``dag.test()`` resumes with the event only; the pod carries the same state
             with contextlib.suppress(ApiException):
                 self._restore_from_pod(self.client.read_namespaced_pod(event["name"], event["namespace"]))
-        self._last_result = None
+        self.spot_run.submitted(event["name"])
+        self._outcome = None
         try:
             result = super().trigger_reentry(context, event)
-        except PodNotFoundException as error:  # gone before we could look: preempted with its node
+        except AirflowSkipException:
+            raise
+        except PodNotFoundException as error:  # gone before we could look: preempted with its node?
             if self._killed:
                 raise
             self.pod = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name=event["name"], namespace=event["namespace"]))
-            self._after_failure(context, classify_pod(None), error)
+            self._after_failure(context, classify_deleted_pod(None, None), error)
             self.execute_async(context)  # a new pod, and defer again
             return None
         except Exception as error:
-            if self._last_result is None or self._killed:
+            if self._outcome is None and self.pod is None:  # gone while KPO waited: it dropped the pod
+                self._outcome = classify_deleted_pod(None, None)
+            if self._outcome is None or self._killed or self._outcome.outcome is Outcome.SUCCEEDED:
                 raise
-            self._after_failure(context, self._last_result, error)
+            self._after_failure(context, self._outcome, error)
             self.execute_async(context)
             return None
         return self._succeed(context, result)
 
     def _succeed(self, context: Context, result: Any) -> Any:
-        self._publish(context)
+        self.spot_run.finish(self._outcome or Classification(Outcome.SUCCEEDED, "Succeeded"))
+        publish(context, self.spot_run, self._node())
+        if self._result_error is not None:
+            raise bad_result(self._result_error)
         if self.do_xcom_push:
             return result
         if self._logged_result is not None:
@@ -391,49 +375,19 @@ class GPUKubernetesOperator(KubernetesPodOperator):
         return self._logged_result
 
     def _after_failure(self, context: Context, result: Classification, error: Exception) -> None:
-        decision = next_step(
-            self.spot, result, self._placement, self._interruptions_on_capacity, len(self.candidates), self.capacity
-        )
-        record = {
-            "time": datetime.now(timezone.utc).isoformat(),
-            "pod": self.pod.metadata.name if self.pod is not None else None,
-            "accelerator": str(self.accelerator),
-            "capacity": self._placement.capacity or "any",
-            "outcome": result.outcome.value,
-            "reason": result.reason,
-            "message": result.message,
-            "action": decision.action,
-            "next": decision.message,
-        }
-        if result.interrupted:
-            self.interruptions = [*self.interruptions, record]  # never mutate a list a copy may share
-            self.log.warning("GPU interruption %d: %s", len(self.interruptions), decision.message)
-        else:
-            self.log.warning("Pod ended %s: %s", result.outcome.value, decision.message)
-        self._publish(context)
+        """Hand the ended pod to the run: resubmit (a fresh pod next) or raise the failure."""
+        node, pod, last = self._node(), self.spot_run.workload or "?", self.remote_pod or self.pod
+        decision = self.spot_run.finish(result, location=node, identity=last.metadata.uid if last else None)
+        log_interruptions(self.log, self.spot_run, decision, pod)
+        publish(context, self.spot_run, node)
         if decision.action != "resubmit":
-            history = "".join(
-                f"\n  - {i['time']} {i['pod']} on {i['accelerator']}/{i['capacity']}: {i['reason']}"
-                for i in self.interruptions
-            )
-            message = decision.message + (f"\nInterruptions:{history}" if history else "")
-            if result.outcome is Outcome.UNSCHEDULABLE:
-                message += self._capacity_summary()
-            if decision.retry_allowed:
-                raise AirflowException(message) from error
-            raise AirflowFailException(message) from error
-        if decision.placement.capacity != self._placement.capacity:
-            self._interruptions_on_capacity = 0
-        elif decision.counts_as_interruption:
-            self._interruptions_on_capacity += 1
-        self._submissions += 1
-        self._apply_placement(decision.placement)
-        self.pod = None
-        self.pod_request_obj = None
-        self.remote_pod = None
-        self.log.info(
-            "Submitting a new pod on %s (%s capacity)", self.accelerator, decision.placement.capacity or "any"
-        )
+            detail = self._capacity_summary() if result.outcome is Outcome.UNSCHEDULABLE else ""
+            fail(self.spot_run, decision, detail, error)
+        self.pod = self.pod_request_obj = self.remote_pod = None
+        self.log.info("Submitting a new pod on %s (%s capacity)", self.accelerator, self.spot_run.capacity)
+
+    def _node(self) -> str | None:
+        return getattr(getattr(self.remote_pod or self.pod, "spec", None), "node_name", None)
 
     def _capacity_summary(self) -> str:
         try:
@@ -443,11 +397,3 @@ class GPUKubernetesOperator(KubernetesPodOperator):
         if not offered:
             return "\nThe cluster offers no GPUs."
         return "\nThe cluster offers:" + "".join(f"\n  - {c}" for c in offered)
-
-    def _publish(self, context: Context) -> None:
-        ti = context["ti"]
-        ti.xcom_push(key=INTERRUPTIONS_XCOM_KEY, value=list(self.interruptions))
-        ti.xcom_push(
-            key=ACCELERATOR_XCOM_KEY,
-            value={"accelerator": str(self.accelerator), "capacity": self._placement.capacity or "any"},
-        )

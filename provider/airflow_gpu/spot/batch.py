@@ -5,14 +5,20 @@ A Batch job reports what ended each attempt in ``attempts[].statusReason`` and
 documentation (DESIGN.md: AWS Batch facts): a spot reclaim is ``Host EC2 (instance i-...)
 terminated.`` with exit code 143 or none; an image that cannot be pulled is a container reason
 ``CannotPullContainerError: ...``; ``OutOfMemoryError`` is the application's, as OOMKilled is on
-Kubernetes. A job still RUNNABLE with a ``CAPACITY:`` or ``MISCONFIGURATION:`` status reason has
-no capacity. The outcomes are ``airflow_gpu.spot.classifier``'s, so ``next_step`` decides for both
-backends.
+Kubernetes.
+
+No capacity is read off the job's *state*, never off a status reason alone: AWS sets
+``CAPACITY:...`` only on the job at the head of the queue, and only when the service role may read
+the scaling activities, so most stuck jobs carry no reason. A job RUNNABLE for longer than
+``capacity_timeout`` (``CapacityClock``) is unschedulable; the operator cancels it, and a job that
+a cancel (ours, or the queue's ``jobStateTimeLimitActions``) ended is unschedulable too. The
+outcomes are ``airflow_gpu.spot.classifier``'s, so ``next_step`` decides for both backends.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_gpu.spot.classifier import Classification, Outcome
@@ -30,7 +36,46 @@ INFRASTRUCTURE_REASONS: dict[str, bool] = {  # reason -> transient
     "DockerTimeoutError": True,
     "TaskFailedToStart": True,
 }
-RUNNABLE_REASONS = ("CAPACITY:", "MISCONFIGURATION:")
+#: Status reasons of a job cancelled because it could not get capacity: ours (``CancelJob`` past
+#: ``capacity_timeout``) and the queue's ``jobStateTimeLimitActions``.
+CAPACITY_CANCEL_PREFIX = "airflow-gpu: no capacity"
+TIME_LIMIT_CANCEL_PREFIX = "Canceled by JobStateTimeLimit action"
+FINAL = ("SUCCEEDED", "FAILED")
+#: TerminateJob reasons of a task that killed its own job (Mark Failed, on_kill; a deferral past
+#: execution_timeout): such a job is never taken over by a later try.
+KILLED = ("Task killed by the user", "airflow-gpu: execution_timeout")
+
+
+@dataclass
+class CapacityClock:
+    """How long a job has waited RUNNABLE without a break; fed one observation per poll.
+
+    A job that leaves RUNNABLE (STARTING, RUNNING, back to RUNNABLE after Batch retried a
+    reclaimed attempt) starts a fresh wait.
+    """
+
+    timeout: float
+    since: float | None = None
+
+    def expired(self, status: str | None, now: float) -> bool:
+        if status != "RUNNABLE":
+            self.since = None
+            return False
+        if self.since is None:
+            self.since = now
+        return now - self.since > self.timeout
+
+
+def queue_name(job: Mapping[str, Any]) -> str:
+    """The job's queue by name (DescribeJobs gives its ARN)."""
+    return str(job.get("jobQueue", "")).rsplit("/", 1)[-1]
+
+
+def capacity_cancel_reason(job: Mapping[str, Any], timeout: float) -> str:
+    """The CancelJob reason for a job RUNNABLE past ``timeout``; it names AWS's reason when there is one."""
+    reason = job.get("statusReason")
+    detail = f": {reason}" if reason else " (AWS gave no reason; see docs/batch.rst)"
+    return f"{CAPACITY_CANCEL_PREFIX}, RUNNABLE for longer than capacity_timeout={timeout:g}s{detail}"[:1024]
 
 
 def is_reclaim(status_reason: str | None) -> bool:
@@ -58,16 +103,22 @@ def classify_attempt(attempt: Mapping[str, Any]) -> Classification:
 
 
 def classify_job(job: Mapping[str, Any]) -> Classification:
-    """What ended (or holds up) a job as DescribeJobs returns it: its last attempt decides."""
+    """What ended a job as DescribeJobs returns it: a capacity cancel, else its last attempt.
+
+    A job not yet ended is RUNNING whatever its status reason; how long it has waited is the
+    ``CapacityClock``'s business.
+    """
     status = job.get("status")
     status_reason = job.get("statusReason") or ""
-    if status not in ("SUCCEEDED", "FAILED"):
-        if status == "RUNNABLE" and status_reason.startswith(RUNNABLE_REASONS):
-            return Classification(Outcome.UNSCHEDULABLE, status_reason.split(" ", 1)[0], status_reason)
+    if status not in FINAL:
         return Classification(Outcome.RUNNING, str(status), status_reason)
     attempts = job.get("attempts") or []
     if status == "SUCCEEDED":
         return Classification(Outcome.SUCCEEDED, "Succeeded", status_reason, 0)
+    if status_reason.startswith(CAPACITY_CANCEL_PREFIX):
+        return Classification(Outcome.UNSCHEDULABLE, "CapacityTimeout", status_reason)
+    if status_reason.startswith(TIME_LIMIT_CANCEL_PREFIX):
+        return Classification(Outcome.UNSCHEDULABLE, "JobStateTimeLimit", status_reason)
     if not attempts:  # failed before any attempt ran: cancelled, dependency failed, bad definition
         if is_reclaim(status_reason):
             return Classification(Outcome.PREEMPTED, "SpotReclaim", status_reason, transient=True)
@@ -75,9 +126,9 @@ def classify_job(job: Mapping[str, Any]) -> Classification:
     return classify_attempt(attempts[-1])
 
 
-def interruptions(job: Mapping[str, Any]) -> list[Classification]:
-    """The attempts of a job that spot capacity ended (Batch retried them itself)."""
-    return [c for c in map(classify_attempt, job.get("attempts") or []) if c.interrupted]
+def classify_attempts(job: Mapping[str, Any]) -> list[Classification]:
+    """Every attempt of a job, in order (Batch retried the reclaimed ones itself)."""
+    return [classify_attempt(a) for a in job.get("attempts") or []]
 
 
 def retry_strategy(policy: SpotPolicy) -> dict[str, Any]:

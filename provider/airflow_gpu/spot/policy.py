@@ -135,5 +135,21 @@ def next_step(
             retry_allowed=policy.retry_on_app_failure,
         )
     if result.outcome is Outcome.INFRASTRUCTURE:
-        return Decision("fail", placement, f"the platform could not run the pod: {result.reason}: {result.message}")
+        return Decision(
+            "fail", placement, f"the platform could not run the workload: {result.reason}: {result.message}"
+        )
+    if result.outcome is Outcome.DELETED:
+        return Decision(
+            "fail",
+            placement,
+            f"the workload was deleted while it ran, not by a node reclaim ({result.message or result.reason}); "
+            "not resubmitted, Airflow's retries apply",
+        )
+    if result.outcome is Outcome.UNKNOWN:
+        return Decision(
+            "fail",
+            placement,
+            f"the run ended in a way airflow-gpu does not recognise ({result.reason}: {result.message}); "
+            "not resubmitted, Airflow's retries apply",
+        )
     return Decision("fail", placement, f"the run ended without a final state ({result.reason})")

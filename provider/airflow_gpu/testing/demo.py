@@ -84,10 +84,10 @@ def watch_run(stack: AirflowStack, run_id: str, log: Any, timeout: float = 900, 
 
 def report_batch(stack: AirflowStack, run_id: str, log: Any) -> None:
     used = stack.xcom(BATCH_DAG_ID, run_id, "train", "gpu_accelerator") or {}
-    log(f"\n{BATCH_DAG_ID} on {used.get('accelerator')}/{used.get('capacity')} (queue {used.get('queue')}):")
+    log(f"\n{BATCH_DAG_ID} on {used.get('accelerator')}/{used.get('capacity')} (queue {used.get('location')}):")
     log(f"  train    result {json.dumps(stack.xcom(BATCH_DAG_ID, run_id, 'train'))}")
     for item in stack.xcom(BATCH_DAG_ID, run_id, "train", "gpu_interruptions") or []:
-        where = f"job {item['job']}, attempt {item['attempt']}"
+        where = f"job {item['workload']}, attempt {item['attempt']}"
         log(f"           interrupted: {item['reason']} ({where}): {item['message']}")
     log(f"  evaluate {json.dumps(stack.xcom(BATCH_DAG_ID, run_id, 'evaluate'))}")
 
@@ -105,7 +105,7 @@ def report(stack: AirflowStack, run_id: str, log: Any) -> None:
             f"/{used.get('capacity')}  result {json.dumps(result)}"
         )
         for item in interruptions:
-            log(f"           interrupted: {item['reason']} on {item['pod']} -> {item['next']}")
+            log(f"           interrupted: {item['reason']} on {item['workload']} -> {item['next']}")
     log(f"  reduce   {json.dumps(stack.xcom(DAG_ID, run_id, 'reduce'))}")
 
 

@@ -4,8 +4,10 @@ The official ``BatchJobTrigger`` runs a waiter per task: 300 deferred shards mak
 DescribeJobs calls every interval, and Batch throttles DescribeJobs per account. Here every
 trigger of the same connection, region and interval in a triggerer process registers its job
 with one ``SharedJobPoller``, which asks for up to 100 ids per call and hands each trigger its
-job. The trigger fires when the job ends, or when it has waited RUNNABLE without capacity for
-longer than ``capacity_timeout`` (the operator then cancels it and moves on).
+job. The trigger fires when the job ends, or when it has waited RUNNABLE for longer than
+``capacity_timeout`` (the operator then cancels it and, if it did not start meanwhile, moves on).
+DescribeJobs is retried with backoff when Batch throttles it (``GPUBatchHook``), and a job missing
+from a few answers (DescribeJobs is eventually consistent) is asked for again before giving up.
 """
 
 from __future__ import annotations
@@ -13,14 +15,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any, ClassVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_gpu.spot.batch import classify_job
-from airflow_gpu.spot.classifier import Outcome
+from airflow_gpu.spot.batch import FINAL, KILLED, CapacityClock
 
-TERMINAL = ("SUCCEEDED", "FAILED")
+#: Polling rounds a job may be missing from DescribeJobs before the trigger gives up on it.
+MISSING_ROUNDS = 5
 
 
 class SharedJobPoller:
@@ -112,8 +115,8 @@ class GPUBatchJobTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         poller = SharedJobPoller.get(self.aws_conn_id, self.region_name, float(self.poll_interval))
-        runnable_since: float | None = None
-        errors = 0
+        clock = CapacityClock(self.capacity_timeout) if self.capacity_timeout is not None else None
+        errors = missing = 0
         while True:
             try:
                 job = await poller.next_description(self.job_id)
@@ -125,28 +128,37 @@ class GPUBatchJobTrigger(BaseTrigger):
                 continue
             errors = 0
             if job is None:
-                yield TriggerEvent({"status": "error", "job_id": self.job_id, "message": "Batch does not know the job"})
-                return
-            if job["status"] in TERMINAL:
+                missing += 1
+                if missing >= MISSING_ROUNDS:
+                    message = f"Batch did not return the job in {missing} DescribeJobs calls"
+                    yield TriggerEvent({"status": "error", "job_id": self.job_id, "message": message})
+                    return
+                continue
+            missing = 0
+            if job["status"] in FINAL:
                 yield TriggerEvent({"status": "done", "job_id": self.job_id, "job_status": job["status"]})
                 return
-            if classify_job(job).outcome is Outcome.UNSCHEDULABLE:
-                runnable_since = runnable_since or time.monotonic()
-                if self.capacity_timeout is not None and time.monotonic() - runnable_since > self.capacity_timeout:
-                    yield TriggerEvent(
-                        {"status": "capacity_timeout", "job_id": self.job_id, "reason": job.get("statusReason")}
-                    )
-                    return
-            else:
-                runnable_since = None
+            if clock is not None and clock.expired(job["status"], time.monotonic()):
+                yield TriggerEvent(
+                    {"status": "capacity_timeout", "job_id": self.job_id, "reason": job.get("statusReason")}
+                )
+                return
 
     async def on_kill(self) -> None:
-        """ "Mark Failed" on a deferred task (Airflow 3.3+): terminate the job, or it runs on, billed."""
-        from airflow_gpu.hooks.batch import GPUBatchHook
+        """ "Mark Failed" on a deferred task (Airflow 3.3+): terminate the job, or it runs on, billed.
 
-        hook = GPUBatchHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name)
+        Building the client reads the connection and credentials: all of it runs in a thread, so the
+        triggerer's event loop, shared by every deferred task, never blocks on it.
+        """
         try:
-            await asyncio.to_thread(hook.api.terminate_job, jobId=self.job_id, reason="Task killed by the user")
+            await asyncio.to_thread(partial(self._terminate, KILLED[0]))
             self.log.info("Terminated AWS Batch job %s", self.job_id)
         except Exception:
             self.log.exception("Could not terminate AWS Batch job %s", self.job_id)
+
+    def _terminate(self, reason: str) -> None:
+        from airflow_gpu.hooks.batch import GPUBatchHook
+
+        GPUBatchHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name).api.terminate_job(
+            jobId=self.job_id, reason=reason
+        )

@@ -1,9 +1,9 @@
 """Hand a ``KubernetesPlacement`` to ``KubernetesPodOperator``.
 
-The core speaks Kubernetes API dicts; the operator wants ``kubernetes.client`` models for
-resources, volumes and mounts. This module does that conversion with the client's own
-deserialiser (the one KPO uses for ``affinity`` dicts), so every field name is checked against
-the API model instead of being copied by hand.
+The core speaks Kubernetes API dicts; KPO builds ``kubernetes.client`` models. This module
+converts between them with the client's own (de)serialiser (the one KPO uses for ``affinity``
+dicts), so every field name is checked against the API model instead of being copied by hand,
+and adds a placement to a pod KPO built (``accelerators.pod_merge``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
         "airflow_gpu.utils.kubernetes needs the Kubernetes client: pip install 'airflow-provider-gpu[kubernetes]'"
     ) from error
 
+from airflow_gpu.accelerators import pod_merge
 from airflow_gpu.accelerators.kubernetes import KubernetesPlacement
 
 
@@ -33,6 +34,11 @@ def to_model(data: dict[str, Any], model: type[Any]) -> Any:
     return _api_client()._ApiClient__deserialize_model(data, model)
 
 
+def to_dict(model: Any) -> Any:
+    """An API dict (camelCase keys) from a ``kubernetes.client`` model, a list of them, or None."""
+    return _api_client().sanitize_for_serialization(model)
+
+
 def pod_operator_arguments(placement: KubernetesPlacement) -> dict[str, Any]:
     """``KubernetesPodOperator`` keyword arguments that apply a placement."""
     return {
@@ -42,3 +48,19 @@ def pod_operator_arguments(placement: KubernetesPlacement) -> dict[str, Any]:
         "volumes": [to_model(v, k8s.V1Volume) for v in placement.volumes],
         "volume_mounts": [to_model(m, k8s.V1VolumeMount) for m in placement.volume_mounts],
     }
+
+
+def add_placement(pod: k8s.V1Pod, container: k8s.V1Container, placement: KubernetesPlacement) -> None:
+    """Add the placement to a pod KPO built from the user's arguments; the user wins where both set a key."""
+    container.resources = to_model(
+        pod_merge.merge_resources(placement.resources, to_dict(container.resources)), k8s.V1ResourceRequirements
+    )
+    mounts = pod_merge.merge_mounts(placement.volume_mounts, to_dict(container.volume_mounts))
+    container.volume_mounts = [to_model(m, k8s.V1VolumeMount) for m in mounts]
+    pod.spec.volumes = [
+        to_model(v, k8s.V1Volume) for v in pod_merge.merge_volumes(placement.volumes, to_dict(pod.spec.volumes))
+    ]
+    tolerations = pod_merge.merge_tolerations(placement.tolerations, to_dict(pod.spec.tolerations))
+    pod.spec.tolerations = [to_model(t, k8s.V1Toleration) for t in tolerations]
+    affinity = pod_merge.merge_affinity(placement.affinity, to_dict(pod.spec.affinity))
+    pod.spec.affinity = to_model(affinity, k8s.V1Affinity) if affinity else None

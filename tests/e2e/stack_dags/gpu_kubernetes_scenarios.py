@@ -90,3 +90,17 @@ scenario(  # the capacity summary reads the cluster through the client built fro
     spot=SpotPolicy(capacity_timeout=3), cmds=["sh", "-c", "echo ran on $AIRFLOW_GPU_ACCELERATOR"],
 )  # fmt: skip
 both_modes("gpu_kubernetes_app_failure", accelerator="L4", cmds=["sh", "-c", "echo boom; exit 7"], retries=2)
+# Issue 12: what KPO users rely on, and reclaims told apart from everything else.
+scenario(  # a result line that is not JSON: a bug, failed at once, the pod cleaned up all the same
+    "gpu_kubernetes_bad_result", accelerator="L4", retries=2,
+    cmds=["sh", "-c", "echo '::airflow-gpu-result::{not json'"],
+)  # fmt: skip
+scenario("gpu_kubernetes_skip", accelerator="L4", skip_on_exit_code=99, cmds=["sh", "-c", "exit 99"])
+scenario(  # the test evicts the first pod for node pressure: moved, not a spot reclaim
+    "gpu_kubernetes_node_pressure", accelerator="H100:8", capacity="spot",
+    spot=SpotPolicy(max_interruptions=3, grace_period_seconds=5), **TRAINING,
+)  # fmt: skip
+scenario(  # the test deletes the first pod by hand: not resubmitted, Airflow's retry runs the task again
+    "gpu_kubernetes_deleted", accelerator="H100:8", capacity="spot", retries=1,
+    spot=SpotPolicy(max_interruptions=3, grace_period_seconds=5), **TRAINING,
+)  # fmt: skip
