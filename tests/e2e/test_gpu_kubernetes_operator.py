@@ -43,42 +43,34 @@ def steps(api: client.CoreV1Api, pod: str) -> int:
     return sum(line.startswith("step ") for line in log.splitlines())
 
 
-class Preempter(Injector):
-    """Preempts the first ``times`` pods of the task once each has made progress (printed 3 steps)."""
+class Disrupter(Injector):
+    """Does ``fault`` (an emulator method taking a pod name) to the first ``times`` pods of the task,
+    each once it has made progress (printed 3 steps); ``disrupted`` names them in order."""
+
+    def __init__(self, fault: str, times: int = 1) -> None:
+        super().__init__()
+        self.fault, self.times, self.disrupted = fault, times, []
+
+    def inject(self) -> None:
+        api = core_api(self.emulator)
+        while len(self.disrupted) < self.times and not self.stop.is_set():
+            for pod in train_pods(self.emulator):
+                name = pod.metadata.name
+                if pod.status.phase == "Running" and name not in self.disrupted and steps(api, name) >= 3:
+                    getattr(self.emulator, self.fault)(name)
+                    self.disrupted.append(name)
+            self.stop.wait(0.1)
+
+
+class Preempter(Disrupter):
+    """Spot reclaims of the first ``times`` pods."""
 
     def __init__(self, times: int) -> None:
-        super().__init__()
-        self.times, self.preempted = times, []
+        super().__init__("preempt", times)
 
-    def inject(self) -> None:
-        api = core_api(self.emulator)
-        while len(self.preempted) < self.times and not self.stop.is_set():
-            for pod in api.list_namespaced_pod("default", label_selector="task_id=train").items:
-                name = pod.metadata.name
-                if pod.status.phase != "Running" or name in self.preempted:
-                    continue
-                if steps(api, name) >= 3:
-                    self.emulator.preempt(name)
-                    self.preempted.append(name)
-            self.stop.wait(0.1)
-
-
-class Disrupter(Injector):
-    """Does ``fault`` (an emulator method taking the pod name) to the first pod once it printed 3 steps."""
-
-    def __init__(self, fault: str) -> None:
-        super().__init__()
-        self.fault, self.disrupted = fault, []
-
-    def inject(self) -> None:
-        api = core_api(self.emulator)
-        while not self.disrupted and not self.stop.is_set():
-            for pod in train_pods(self.emulator):
-                if pod.status.phase == "Running" and steps(api, pod.metadata.name) >= 3:
-                    getattr(self.emulator, self.fault)(pod.metadata.name)
-                    self.disrupted.append(pod.metadata.name)
-                    break
-            self.stop.wait(0.1)
+    @property
+    def preempted(self) -> list[str]:
+        return self.disrupted
 
 
 class PendingPodDeleter(Injector):

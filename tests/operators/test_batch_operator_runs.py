@@ -235,3 +235,25 @@ def test_a_job_the_queues_time_limit_cancelled_moves_on_as_unschedulable(monkeyp
     assert ran["jobQueue"].endswith("/gpu-on-demand") and ti.xcom["gpu_interruptions"] == []
     assert {"batch_job_details", "batch_job_definition", "batch_job_queue", "cloudwatch_events"} <= set(ti.xcom)
     assert ti.xcom["batch_job_queue"]["job_queue_arn"] == ran["jobQueue"]
+
+
+def test_a_deferral_past_execution_timeout_terminates_its_job_and_closes_the_try(
+    aws_default_connection: BatchEmulator,
+) -> None:
+    """Behaviour 6: Airflow resumes a deferred task that ran past ``execution_timeout`` only to fail it
+    (``__fail__``); the job must not run on, billed, nor be taken over by the next try."""
+    from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
+    from airflow.sdk.exceptions import TaskDeferralTimeout
+
+    from airflow_gpu.spot.batch import KILLED
+
+    emulator, store = aws_default_connection, Store()
+    slow = [sys.executable, "-c", f"import time; time.sleep(30); {RESULT}"]  # runs until the test kills it
+    operator(command=slow, deferrable=True).submit_job({"ti": Ti(), "task_state_store": store})
+    wait_for(lambda: described(emulator)[0]["status"] == "RUNNING", timeout=60, what="the job to run")
+    resumed = operator(command=slow, deferrable=True)  # a fresh worker process
+    failure = {"error": TriggerFailureReason.TRIGGER_TIMEOUT}
+    with pytest.raises(TaskDeferralTimeout):
+        resumed.resume_execution(TRIGGER_FAIL_REPR, failure, {"ti": Ti(), "task_state_store": store})  # type: ignore[arg-type]
+    job = wait_for(lambda: (j := described(emulator)[0])["status"] == "FAILED" and j, timeout=60, what="the stop")
+    assert job["statusReason"] == KILLED[1] and store[STATE_KEY]["open"] is False
