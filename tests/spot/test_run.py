@@ -94,3 +94,22 @@ def test_the_state_survives_json_at_every_step(steps: list[tuple[Classification,
         assert again.restore(json.loads(json.dumps(spot.to_json()))) is None
         assert again.to_json() == spot.to_json() and again.environment() == spot.environment()
         assert all(set(i) == KEYS for i in spot.interruptions)
+
+
+def test_legacy_interruption_records_take_the_one_shape() -> None:
+    spot = run()
+    legacy = {"job_id": "j", "candidate": 0, "capacity": "spot", "interruptions": [
+        {"time": "t", "job": "j", "attempt": 1, "accelerator": "H100:8", "capacity": "spot", "queue": "gpu-spot",
+         "outcome": "preempted", "reason": "SpotReclaim", "message": "m", "exit_code": 143}]}  # fmt: skip
+    assert spot.restore(legacy) is None
+    (record,) = spot.interruptions
+    assert set(record) == KEYS and record["workload"] == "j" and record["location"] == "gpu-spot"
+    assert "job j (attempt 1) on H100:8/spot: SpotReclaim" in spot.failure_message(spot.finish(BUG, workload="j2"))
+
+
+def test_reclaims_the_platform_retried_count_even_when_the_job_then_found_no_capacity() -> None:
+    """Batch retried two reclaimed attempts itself; the job then waited RUNNABLE and was cancelled."""
+    spot = run(max_interruptions=3)
+    spot.finish(NO_CAPACITY, [RECLAIM, RECLAIM], workload="j1")
+    assert spot.placement == Placement(1, "spot") and spot.interruptions_on_capacity == 2
+    assert [i["action"] for i in spot.interruptions] == [PLATFORM_RETRIED, PLATFORM_RETRIED]

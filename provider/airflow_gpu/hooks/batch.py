@@ -191,11 +191,9 @@ class GPUBatchHook(BatchClientHook):
             try:
                 events = logs.conn.get_log_events(logGroupName=group, logStreamName=streams[-1], startFromHead=False)
                 found = last_result(str(e["message"]) for e in events["events"])
-            except ClientError as error:
-                if time.monotonic() >= deadline:
-                    raise
+            except ClientError as error:  # not there yet; denied or throttled: the result is lost, not the job
                 if error.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
-                    self.log.warning("Reading %s/%s: %s; trying again", group, streams[-1], error)
+                    self.log.warning("Reading %s/%s: %s", group, streams[-1], error)
                 found = (False, None)
             if found[0]:
                 return found

@@ -136,6 +136,7 @@ class GPUBatchOperator(BatchOperator):
         self._offers: dict[str, QueueOffer] = {}  # queue name -> what it launches, read at execute
         self._logs: AttemptLogs | None = None
         self._context: Context | None = None
+        self._killing = False
 
     @property
     def gpu_hook(self) -> GPUBatchHook:
@@ -191,8 +192,8 @@ class GPUBatchOperator(BatchOperator):
         except Exception as error:
             raise AirflowException(f"AWS Batch refused the job: {error}") from error
         self.spot_run.submitted(str(self.job_id))
-        context["ti"].xcom_push(key=JOB_ID_XCOM_KEY, value=self.job_id)
         save_run(context, STATE_KEY, self.spot_run)  # before anything else can fail
+        context["ti"].xcom_push(key=JOB_ID_XCOM_KEY, value=self.job_id)
         job = self.gpu_hook.describe_job(str(self.job_id), self.poll_interval)
         persist_job_links(context, self, self.gpu_hook, job)
 
@@ -260,8 +261,10 @@ class GPUBatchOperator(BatchOperator):
         if decision.action == "succeed":
             try:
                 result = self._result(job)
-            finally:  # a result line that is not JSON ends this try too
-                save_run(context, STATE_KEY, self.spot_run, open_=False)
+            except AirflowFailException:  # a result line that is not JSON ends this try too; any other
+                save_run(context, STATE_KEY, self.spot_run, open_=False)  # error leaves the job to a retry
+                raise
+            save_run(context, STATE_KEY, self.spot_run, open_=False)
             publish(context, self.spot_run, spot_batch.queue_name(job))
             return result
         log_interruptions(self.log, self.spot_run, decision, job["jobId"])
@@ -270,6 +273,8 @@ class GPUBatchOperator(BatchOperator):
             self._flush_logs(job, settle=True)  # the traceback, say, may still be on its way
             save_run(context, STATE_KEY, self.spot_run, open_=False)
             fail(self.spot_run, decision)
+        if self._killing:  # on_kill meanwhile: nothing more is submitted
+            raise AirflowException(f"the task was killed; job {job['jobId']} is not replaced")
         if not self.deferrable:  # a deferred task prints them once the next job is submitted
             self.logs.retire(job)
         save_run(context, STATE_KEY, self.spot_run)
@@ -304,12 +309,14 @@ class GPUBatchOperator(BatchOperator):
             raise AirflowFailException(refusal)
 
     def on_kill(self, reason: str = spot_batch.KILLED[0]) -> None:
-        """Mark Failed, or ``execution_timeout``: the job must not run on, billed, nor be taken over."""
-        if self._context is not None:
-            save_run(self._context, STATE_KEY, self.spot_run, open_=False)
+        """Mark Failed, or ``execution_timeout``: the job must not run on, billed. Terminated first; its
+        reason keeps later tries from taking it over even if closing the saved state fails."""
+        self._killing = True
         if self.job_id:
             self.gpu_hook.api.terminate_job(jobId=self.job_id, reason=reason)
             self.log.info("Terminated AWS Batch job %s: %s", self.job_id, reason)
+        if self._context is not None:
+            save_run(self._context, STATE_KEY, self.spot_run, open_=False)
 
     # --- deferrable -----------------------------------------------------------------------
 
@@ -336,7 +343,8 @@ class GPUBatchOperator(BatchOperator):
             return super().resume_execution(next_method, next_kwargs, context)
         except TaskDeferralTimeout:
             saved, self._context = saved_run(context, STATE_KEY), context
-            self.job_id = saved.get("workload") if saved else None
+            mine = context["ti"].xcom_pull(task_ids=self.task_id, key=JOB_ID_XCOM_KEY)  # below Airflow 3.3
+            self.job_id = saved.get("workload") if saved else mine
             self.on_kill(spot_batch.KILLED[1])
             raise
 
@@ -378,10 +386,9 @@ class GPUBatchOperator(BatchOperator):
         ``settle``); a deferred task prints every attempt of the job."""
         if not (self.deferrable and self.awslogs_enabled):
             self.logs.close(settle)
-            return
-        if settle:
-            time.sleep(self.log_lag)
-        self.logs.print_all(job)
+        elif self.gpu_hook.log_group(job) and self.gpu_hook.attempt_streams(job):
+            time.sleep(self.log_lag if settle else 0)
+            self.logs.print_all(job)
 
 
 class _Resubmit:

@@ -6,14 +6,11 @@ spec, ``accelerators.pod_merge`` so that a user's tolerations, volumes or affini
 ones); the operator's own fields are never rewritten between pods. Each finished pod is
 classified (``spot.classifier``) and the spot run (``spot.run``) decides: a preempted pod is
 replaced inside the same task try, a pod unschedulable past ``capacity_timeout`` moves to the
-next candidate and then on-demand, a bug fails without burning retries. The workload learns its
-accelerator, attempt and interruptions from the environment, and gets a spot notice file
-(``preStop``) and SIGTERM with the policy's grace period.
-
-The run's state rides through each deferral and on every pod (annotation ``airflow-gpu/state``),
-so a retry that reattaches after a worker crash knows the interruptions so far. Reattaching only
-takes a pod that carries this task try's identity (dag, task, run, map index, an earlier or equal
-try, the uid it recorded): a pod name is a slot, not an identity (apache/airflow#71743).
+next candidate and then on-demand, a bug fails without burning retries. The workload gets the
+run's environment, a spot notice file (``preStop``) and SIGTERM with the policy's grace period.
+The run's state rides through each deferral and on every pod (annotation ``airflow-gpu/state``).
+A retry reattaches only to a pod with this task try's identity (dag, task, run, map index, an
+earlier or equal try, the recorded uid): a name is a slot, not an identity (apache/airflow#71743).
 Everything else is KPO's: pod launching, log streaming, cleanup, ``on_kill``.
 """
 
@@ -64,10 +61,6 @@ SPOT_NOTICE_PATH = "/tmp/airflow-gpu/{pod}/spot-notice"
 ENV_SPOT_NOTICE = "AIRFLOW_GPU_SPOT_NOTICE_FILE"
 #: Pod annotation holding the run's state, read back when a retry reattaches to the pod.
 STATE_ANNOTATION = "airflow-gpu/state"
-
-
-def _templated(value: object) -> bool:  # translated once rendered, at execute
-    return isinstance(value, str) and "{{" in value
 
 
 class GPUKubernetesOperator(KubernetesPodOperator):
@@ -123,13 +116,14 @@ class GPUKubernetesOperator(KubernetesPodOperator):
         kwargs.setdefault("schedule_timeout_seconds", int(self.spot.capacity_timeout))
         kwargs.setdefault("startup_timeout_seconds", max(120, int(self.spot.capacity_timeout)))
         super().__init__(image=self.images[0], **kwargs)
-        if not (_templated(cpu) or _templated(memory)):  # every candidate must translate, now
+        if not any(isinstance(v, str) and "{{" in v for v in (cpu, memory)):  # else translated once rendered
             for index in range(len(self.candidates)):
                 self._placement(index, capacity)
         self.spot_run = SpotRun.start(self.spot, self.candidates, "kubernetes", capacity)
         self._outcome: Classification | None = None
         self._logged_result: Any = None
         self._result_error: ResultError | None = None
+        self._dropped: k8s.V1Pod | None = None  # the pod KPO's _clean found gone
 
     @property
     def accelerator(self) -> Accelerator:  # the candidate the next (or current) pod runs on
@@ -340,7 +334,7 @@ class GPUKubernetesOperator(KubernetesPodOperator):
             with contextlib.suppress(ApiException):
                 self._restore_from_pod(self.client.read_namespaced_pod(event["name"], event["namespace"]))
         self.spot_run.submitted(event["name"])
-        self._outcome = None
+        self._outcome = self._dropped = None
         try:
             result = super().trigger_reentry(context, event)
         except AirflowSkipException:
@@ -353,14 +347,20 @@ class GPUKubernetesOperator(KubernetesPodOperator):
             self.execute_async(context)  # a new pod, and defer again
             return None
         except Exception as error:
-            if self._outcome is None and self.pod is None:  # gone while KPO waited: it dropped the pod
-                self._outcome = classify_deleted_pod(None, None)
+            if self._outcome is None and self._dropped is not None:  # gone (404) while KPO waited for it
+                self._outcome = classify_deleted_pod(to_dict(self._dropped), None)
             if self._outcome is None or self._killed or self._outcome.outcome is Outcome.SUCCEEDED:
                 raise
             self._after_failure(context, self._outcome, error)
             self.execute_async(context)
             return None
         return self._succeed(context, result)
+
+    def _clean(self, event: dict[str, Any], result: dict[Any, Any] | None, context: Context) -> None:
+        """KPO drops a pod it finds gone (404) while waiting for it; the last read is kept to classify."""
+        seen = self.pod
+        super()._clean(event=event, result=result, context=context)
+        self._dropped = seen if seen is not None and self.pod is None else None
 
     def _succeed(self, context: Context, result: Any) -> Any:
         self.spot_run.finish(self._outcome or Classification(Outcome.SUCCEEDED, "Succeeded"))

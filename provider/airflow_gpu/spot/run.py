@@ -69,6 +69,16 @@ class Interruption:
     next: str
 
 
+def _legacy_record(record: Mapping[str, Any], backend: str) -> dict[str, Any]:
+    """An interruption as the release before the shared core wrote it (``job``/``pod``, ``queue``)."""
+    fields = {name: None for name in Interruption.__dataclass_fields__}
+    known = {k: v for k, v in record.items() if k in fields}
+    workload = record.get("job") or record.get("pod") or "?"
+    location = record.get("queue")
+    defaults = {"backend": backend, "attempt": 1, "submission": 0, "action": "", "next": "", "message": ""}
+    return {**fields, **defaults, **known, "workload": workload, "location": location}
+
+
 @dataclass
 class SpotRun:
     """The state of one task try across submissions, and the rules that move it on."""
@@ -140,6 +150,7 @@ class SpotRun:
                 "version": STATE_VERSION,
                 "workload": state.get("job_id"),
                 "seen": state.get("seen_attempts"),
+                "interruptions": [_legacy_record(r, self.backend) for r in state.get("interruptions") or []],
             }
         if state.get("version") != STATE_VERSION:
             return f"state version {state.get('version')!r} is not {STATE_VERSION}"
@@ -226,8 +237,8 @@ class SpotRun:
         if decision.action == "resubmit":
             if decision.placement.capacity != self.placement.capacity:
                 self.interruptions_on_capacity = 0
-            elif decision.counts_as_interruption:
-                self.interruptions_on_capacity = before + 1
+            else:  # reclaims the platform retried itself count too
+                self.interruptions_on_capacity = before + (1 if decision.counts_as_interruption else 0)
             self.placement = decision.placement
             self.submissions += 1
             self.workload = None

@@ -20,7 +20,7 @@ from airflow.providers.amazon.aws.links.logs import CloudWatchEventsLink
 from airflow_gpu.accelerators.batch_job import identity_problem
 from airflow_gpu.hooks.batch import GPUBatchHook
 from airflow_gpu.operators.spot_task import saved_run
-from airflow_gpu.spot.batch import KILLED
+from airflow_gpu.spot.batch import FINAL, KILLED
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator, Context
@@ -42,11 +42,14 @@ def earlier_job(context: Context, key: str, hook: GPUBatchHook, run: SpotRun, lo
         if mismatch:
             log.warning("Not reattaching to job %s: %s", job_id, mismatch)
         return None
+    if "version" not in saved and job is not None and job["status"] in FINAL:
+        return None  # the release before took over running jobs only: an ended one is not this try's
     if ignored := run.restore(saved):
         log.warning("The saved GPU state is ignored (%s); job %s is this task's all the same", ignored, job_id)
     if job is None or str(job.get("statusReason") or "").startswith(KILLED):
         run.workload = None  # nothing to take over: a new job, where the run left off
         return None
+    run.submitted(str(job_id))
     log.info("Reattached to AWS Batch job %s (%s) of an earlier try", job_id, job["status"])
     return job
 
