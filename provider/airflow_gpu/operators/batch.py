@@ -343,8 +343,9 @@ class GPUBatchOperator(BatchOperator):
             return super().resume_execution(next_method, next_kwargs, context)
         except TaskDeferralTimeout:
             saved, self._context = saved_run(context, STATE_KEY), context
-            mine = context["ti"].xcom_pull(task_ids=self.task_id, key=JOB_ID_XCOM_KEY)  # below Airflow 3.3
-            self.job_id = saved.get("workload") if saved else mine
+            self.job_id = (  # below Airflow 3.3 (no task state store), this try's XCom has the job id
+                saved.get("workload") if saved else context["ti"].xcom_pull(task_ids=self.task_id, key=JOB_ID_XCOM_KEY)
+            )
             self.on_kill(spot_batch.KILLED[1])
             raise
 
