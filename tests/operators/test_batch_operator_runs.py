@@ -67,7 +67,8 @@ def test_a_job_that_starts_just_before_its_capacity_cancel_is_followed_not_repla
     the job is STARTING or RUNNING does the real CancelJob go out."""
     emulator = aws_default_connection
     emulator.stall("gpu-spot-ce", reason=None)
-    op = operator(command=[sys.executable, "-c", f"import time; time.sleep(1); {RESULT}"])  # the workload's work
+    lasting = f"import time; time.sleep(1); {RESULT}"  # runs long enough to be seen RUNNING
+    op = operator(command=[sys.executable, "-c", lasting])
     client = op.gpu_hook.api
     real_cancel, cancels = client.cancel_job, []
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from airflow_gpu.profiling import nvidia_smi
 from airflow_gpu.profiling.samples import DCGM_NAMES, Sample, downsample
-from airflow_gpu.profiling.summary import percentile, summarise, summarise_gpu
+from airflow_gpu.profiling.summary import gpu_hours, percentile, summarise, summarise_gpu
 
 # Two A100s, then a MIG-enabled one whose utilisation NVML cannot report, then a warning line.
 A100_80 = "NVIDIA A100-SXM4-80GB"
@@ -65,6 +65,7 @@ def test_the_summary_of_known_series() -> None:
     assert busy.energy_source == "counter" and busy.energy_wh == pytest.approx(9 * 100_000 / 3_600_000)
     assert idle.energy_source == "integrated power" and idle.energy_wh == pytest.approx(9 * 100 / 3600)
     assert idle.idle_fraction == 1.0
+    assert gpu_hours([busy, idle]) == pytest.approx(18 / 3600)  # two GPUs, 9 s each
     mig = summarise_gpu(series(2, [None] * 5, power=None))
     assert mig.util_mean is None and mig.energy_wh is None and mig.idle_fraction is None
 

@@ -366,7 +366,7 @@ class GPUKubernetesOperator(KubernetesPodOperator):
         self.spot_run.finish(self._outcome or Classification(Outcome.SUCCEEDED, "Succeeded"))
         publish(context, self.spot_run, self._node())
         if self._result_error is not None:
-            raise bad_result(self._result_error)
+            raise bad_result(self._result_error) from self._result_error
         if self.do_xcom_push:
             return result
         if self._logged_result is not None:

@@ -49,9 +49,7 @@ def fail(run: SpotRun, decision: Decision, detail: str = "", cause: BaseExceptio
 
 def bad_result(error: ResultError) -> AirflowFailException:
     """A result line that is not JSON is a bug in the workload: running it again will not fix it."""
-    failure = AirflowFailException(str(error))
-    failure.__cause__ = error
-    return failure
+    return AirflowFailException(str(error))
 
 
 def save_run(context: Context, key: str, run: SpotRun, open_: bool = True) -> None:

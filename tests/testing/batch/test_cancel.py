@@ -31,24 +31,16 @@ def test_cancel_leaves_a_running_job_running(batch: Any, tmp_path: Path) -> None
     assert [a["container"]["exitCode"] for a in job["attempts"]] == [0]
 
 
-def test_cancel_fails_a_runnable_job_without_attempts(batch: Any, stalled_spot: None) -> None:
+@pytest.mark.parametrize("call", ["cancel_job", "terminate_job"])
+def test_cancel_or_terminate_fails_a_runnable_job_without_attempts(batch: Any, stalled_spot: None, call: str) -> None:
+    """Both act on a job that has not started: FAILED with the reason, no attempt, no ``startedAt``."""
     definition = register(batch, "waits", ["true"], gpus=8)
     job_id = batch.submit_job(jobName="waits", jobQueue="gpu-spot", jobDefinition=definition)["jobId"]
     status_is(batch, job_id, "RUNNABLE")
-    batch.cancel_job(jobId=job_id, reason="no longer needed")
+    getattr(batch, call)(jobId=job_id, reason=f"{call} while waiting")
     job = final(batch, job_id)
-    assert job["status"] == "FAILED" and job["statusReason"] == "no longer needed"
+    assert job["status"] == "FAILED" and job["statusReason"] == f"{call} while waiting"
     assert job["attempts"] == [] and "startedAt" not in job
-
-
-def test_terminate_stops_a_job_that_has_not_started_too(batch: Any, stalled_spot: None) -> None:
-    definition = register(batch, "waits", ["true"], gpus=8)
-    job_id = batch.submit_job(jobName="waits", jobQueue="gpu-spot", jobDefinition=definition)["jobId"]
-    status_is(batch, job_id, "RUNNABLE")
-    batch.terminate_job(jobId=job_id, reason="terminated while waiting")
-    job = final(batch, job_id)
-    assert job["status"] == "FAILED" and job["statusReason"] == "terminated while waiting"
-    assert job["attempts"] == []
 
 
 def test_cancelling_an_array_parent_cancels_its_children(batch: Any, stalled_spot: None) -> None:
