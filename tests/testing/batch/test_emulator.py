@@ -185,3 +185,21 @@ def test_array_jobs_and_dependencies(batch: Any) -> None:
     children = [final(batch, f"{parent['jobId']}:{i}") for i in range(3)]
     assert [c["arrayProperties"]["index"] for c in children] == [0, 1, 2]
     assert final(batch, after)["status"] == "SUCCEEDED"
+
+
+def test_overrides_longer_than_ecs_takes_are_accepted_then_fail_the_job(batch: Any) -> None:
+    """ECS caps a task's container overrides at 8,192 characters; Batch's SubmitJob (30 KiB) takes
+    the job, which then fails without starting (ASFHyP3/hyp3#3041 shows the reason AWS gives)."""
+    definition = register(batch, "long-overrides", ["true"])
+    long = batch.submit_job(
+        jobName="long", jobQueue="gpu-on-demand", jobDefinition=definition,
+        containerOverrides={"command": ["echo", "x" * 9000]},
+    )["jobId"]  # fmt: skip
+    short = batch.submit_job(
+        jobName="short", jobQueue="gpu-on-demand", jobDefinition=definition,
+        containerOverrides={"command": ["echo", "x" * 8000]},
+    )["jobId"]  # fmt: skip
+    failed = final(batch, long)
+    assert failed["status"] == "FAILED" and failed["attempts"] == []
+    assert failed["statusReason"] == "Container Overrides length must be at most 8192"
+    assert final(batch, short)["status"] == "SUCCEEDED"

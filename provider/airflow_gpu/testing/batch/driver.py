@@ -14,6 +14,7 @@ tick only the head of each queue shows why it is stuck, and the queue's
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -24,17 +25,26 @@ import time
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from moto.batch.models import BatchBackend
 
+from airflow_gpu.accelerators import catalog
 from airflow_gpu.accelerators.batch import InstanceOffer
+from airflow_gpu.testing import gpus
 from airflow_gpu.testing.batch import queues
 from airflow_gpu.testing.batch.jobs import EmulatedJob
 from airflow_gpu.testing.batch.logs import LogGroupMissing, LogShipper, LogTarget, millis, open_target
 from airflow_gpu.testing.batch.placement import place
 from airflow_gpu.testing.batch.reasons import INSUFFICIENT_CAPACITY, Blocked, canceled_by_time_limit
 from airflow_gpu.testing.batch.retry import action_after_attempt
+from airflow_gpu.testing.containers import kill_container
+from airflow_gpu.testing.gpus import with_devices
+
+#: What ECS accepts in a task's container overrides (Batch passes the job's on): a longer command
+#: or environment is accepted by SubmitJob and fails the job when it would start.
+MAX_OVERRIDES_CHARS = 8192
 
 ESSENTIAL_EXITED = "Essential container in task exited"
 FAILED_TO_START = "Task failed to start"  # the job's statusReason; the attempt's container.reason says why
@@ -151,7 +161,7 @@ class BatchDriver(threading.Thread):
                 return
             job.blocked = None
             job.compute_environment, offer = placement
-            job.instance_type = offer.instance_type.name
+            job.instance_type, job.offer = offer.instance_type.name, offer
             job.instance_id = f"i-{uuid.uuid4().hex[:17]}"
             job.job_stopped_reason = None
             job.status = "STARTING"
@@ -181,6 +191,10 @@ class BatchDriver(threading.Thread):
     def _start(self, job: EmulatedJob) -> None:
         if job.termination is not None:
             self._finish(job, "FAILED", job.termination)
+            return
+        if len(json.dumps(job.container_overrides or {}, separators=(",", ":"))) > MAX_OVERRIDES_CHARS:
+            # SubmitJob took it (under its 30 KiB), ECS refuses the task: FAILED, never started.
+            self._finish(job, "FAILED", f"Container Overrides length must be at most {MAX_OVERRIDES_CHARS}")
             return
         job.task_id = uuid.uuid4().hex
         arn = f"arn:aws:ecs:{self.backend.region_name}:{self.backend.account_id}"
@@ -216,6 +230,7 @@ class BatchDriver(threading.Thread):
         }
         if job.array_index is not None:
             env["AWS_BATCH_JOB_ARRAY_INDEX"] = str(job.array_index)
+        env = with_devices(env, self._gpus(job))
         try:
             job.process = subprocess.Popen(
                 job.command() or ["true"],
@@ -231,6 +246,17 @@ class BatchDriver(threading.Thread):
         job.status = "RUNNING"
         job.reader = threading.Thread(target=self._read_output, args=(job, target), daemon=True)
         job.reader.start()
+
+    def _gpus(self, job: EmulatedJob) -> dict[str, str]:
+        """What the ECS agent and the NVIDIA runtime give a container with GPU requirements: its devices."""
+        wanted = int(job.resources().get("GPU", 0))
+        entry = catalog.lookup(job.offer.accelerator) if job.offer else None
+        if not wanted or job.offer is None or entry is None or entry.vendor != "nvidia":
+            return {}
+        devices = gpus.devices(
+            entry.name, list(range(wanted)), str(job.instance_id), memory_gb=job.offer.instance_type.memory_gb
+        )
+        return gpus.install(devices, Path(self.workdir) / "gpus" / f"{job.job_id}-{len(job.attempts)}")
 
     def _read_output(self, job: EmulatedJob, target: LogTarget | None) -> None:
         """Read the container's output as it comes; the shipper makes it readable later (or never)."""
@@ -299,7 +325,7 @@ class BatchDriver(threading.Thread):
         )
         if action == "RETRY":
             job.status = "RUNNABLE"
-            job.compute_environment = job.instance_id = job.instance_type = None
+            job.compute_environment = job.instance_id = job.instance_type = job.offer = None
             return
         self._finish(job, "FAILED", status_reason)
 
@@ -316,8 +342,11 @@ class BatchDriver(threading.Thread):
     @staticmethod
     def _signal(job: EmulatedJob, signum: int) -> None:
         if job.process is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(job.process.pid, signum)
+            if signum == signal.SIGKILL:
+                kill_container(job.process.pid)
+            else:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(job.process.pid, signum)
 
 
 assert sys.platform != "win32", "the Batch emulator runs jobs in POSIX process groups"

@@ -20,6 +20,7 @@ from typing import Any
 
 from moto.batch.models import Job
 
+from airflow_gpu.accelerators.batch import InstanceOffer
 from airflow_gpu.testing.batch.reasons import Blocked
 
 NOT_STARTED = ("SUBMITTED", "PENDING", "RUNNABLE")
@@ -42,6 +43,7 @@ class EmulatedJob(Job):
         self.compute_environment: str | None = None
         self.instance_id: str | None = None
         self.instance_type: str | None = None
+        self.offer: InstanceOffer | None = None  # what the instance carries: the job's GPUs
         self.task_id: str | None = None
         self.termination: str | None = None  # TerminateJob / CancelJob reason
         self.cancelled = False  # the termination came from CancelJob (an array parent passes it on as such)

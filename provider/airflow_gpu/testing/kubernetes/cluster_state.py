@@ -12,9 +12,11 @@ import copy
 import secrets
 import shutil
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from airflow_gpu.testing.kubernetes.cluster import ClusterSpec, NodeSpec
+from airflow_gpu.testing.kubernetes.device_plugin import DevicePlugin
 from airflow_gpu.testing.kubernetes.kubelet import PodRun, container_id, container_status
 from airflow_gpu.testing.kubernetes.objects import invalid, now, timestamp, validate_pod
 from airflow_gpu.testing.kubernetes.scheduler import schedule
@@ -83,8 +85,10 @@ class ClusterState:
             self.store.create(
                 "namespaces", "", {"metadata": {"name": namespace}, "spec": {}, "status": {"phase": "Active"}}
             )
+        self.devices = DevicePlugin()
         for index, node in enumerate(cluster.nodes):
             self.store.create("nodes", "", node.to_node(index))
+            self.devices.add_node(node.name, node.accelerator)
 
     # --- objects --------------------------------------------------------------------------
 
@@ -189,6 +193,7 @@ class ClusterState:
             pod, "Normal", "Scheduled", f"Successfully assigned {namespace}/{name} to {node_name}", "default-scheduler"
         )
         run = PodRun(pod)
+        run.gpu_env = self.devices.allocate(pod, node_name, Path(run.workdir))
         self.runs[(namespace, name)] = run
         run.task = asyncio.get_running_loop().create_task(self._run_pod(namespace, name, run))
 
@@ -220,6 +225,12 @@ class ClusterState:
         self.store.update("pods", pod)
 
     async def _run_pod(self, namespace: str, name: str, run: PodRun) -> None:
+        try:
+            await self._run_containers(namespace, name, run)
+        finally:  # the pod's GPUs are free again once its containers have stopped
+            self.devices.release(namespace, name)
+
+    async def _run_containers(self, namespace: str, name: str, run: PodRun) -> None:
         pod = self._pod(namespace, name)
         assert pod is not None
         api = (self.api_host, self.api_port)
@@ -564,6 +575,7 @@ class ClusterState:
 
     def add_node(self, node: NodeSpec) -> Obj:
         created = self.store.create("nodes", "", node.to_node(len(self.store.list("nodes")) + 10))
+        self.devices.add_node(node.name, node.accelerator)
         self._record_fault("add_node", node=node.name)
         self.schedule_soon()
         return created

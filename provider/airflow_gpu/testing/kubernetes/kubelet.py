@@ -3,7 +3,8 @@
 Images are not pulled; the container's ``command`` + ``args`` (or ``args`` alone when there is no
 command, since there is no image entrypoint to prepend) must exist on this machine. Output goes to
 the pod log, exit codes to the container statuses, and deletion sends SIGTERM to the container's
-process group, then SIGKILL when the grace period is over, as the real kubelet does.
+main process, then SIGKILL to all its processes when the grace period is over, as the real
+kubelet does.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from airflow_gpu.testing.containers import kill_container
+from airflow_gpu.testing.gpus import with_devices
 from airflow_gpu.testing.kubernetes.objects import now, timestamp, timestamp_nano
 
 #: Host variables a container process inherits (a real container gets its image's instead).
@@ -95,6 +98,7 @@ class PodRun:
         self.workdir = tempfile.mkdtemp(prefix=f"kubelet-{pod['metadata']['name']}-")
         self.task: asyncio.Task[None] | None = None
         self.terminating = False
+        self.gpu_env: dict[str, dict[str, str]] = {}  # container -> its devices (the device plugin)
 
     def running_processes(self) -> list[asyncio.subprocess.Process]:
         return [
@@ -104,9 +108,15 @@ class PodRun:
         ]
 
     def signal_all(self, signum: int) -> None:
+        """SIGTERM goes to each container's main process only, as the runtime sends it to PID 1 (a
+        shell that does not pass it on keeps its children running until SIGKILL); SIGKILL ends the
+        whole container, children included."""
         for process in self.running_processes():
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signum)
+                if signum == signal.SIGKILL:
+                    kill_container(process.pid)
+                else:
+                    process.send_signal(signum)
 
     async def run_pre_stop_hooks(self, grace_seconds: float) -> None:
         """``lifecycle.preStop.exec`` of running containers, within the grace period, as the kubelet does."""
@@ -155,19 +165,25 @@ class PodRun:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
                 stdin=asyncio.subprocess.DEVNULL,
-                env=container_env(pod, container, *api),
+                env=with_devices(container_env(pod, container, *api), self.gpu_env.get(container["name"], {})),
                 cwd=cwd,
                 start_new_session=True,  # its own process group, so signals reach its children too
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError, OSError) as error:
             return self._cannot_run(run, f'exec: "{command[0]}": {error.strerror or error}')
         run.started.set()
-        assert run.process.stdout is not None
-        while line := await run.process.stdout.readline():
-            run.append(line.decode("utf-8", errors="replace").rstrip("\n"))
+        reader = asyncio.get_running_loop().create_task(self._read_output(run, run.process))
         code = await run.process.wait()
+        kill_container(run.process.pid)  # PID 1 is gone: so is its container
+        await reader
         run.exit_code = 128 - code if code < 0 else code  # killed by signal N -> 128 + N
         return self._terminated(run, run.exit_code, "Completed" if run.exit_code == 0 else "Error")
+
+    @staticmethod
+    async def _read_output(run: ContainerRun, process: asyncio.subprocess.Process) -> None:
+        assert process.stdout is not None
+        while line := await process.stdout.readline():
+            run.append(line.decode("utf-8", errors="replace").rstrip("\n"))
 
     def _cannot_run(self, run: ContainerRun, message: str) -> dict[str, Any]:
         run.append(message)

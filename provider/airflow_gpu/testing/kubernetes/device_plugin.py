@@ -1,0 +1,67 @@
+"""The emulated nodes' NVIDIA device plugin: which of a node's GPUs each container of a pod gets.
+
+As the real plugin does, a container that asks for ``nvidia.com/gpu: N`` is given N devices no
+other running container holds, and its environment names them (``NVIDIA_VISIBLE_DEVICES``); a
+MIG resource (``nvidia.com/mig-1g.10gb``) gives MIG devices. What the container then sees is
+``airflow_gpu.testing.gpus``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from airflow_gpu.accelerators.quantities import parse_quantity
+from airflow_gpu.accelerators.spec import Accelerator
+from airflow_gpu.testing import gpus
+
+MIG_PREFIX = "nvidia.com/mig-"
+
+
+class DevicePlugin:
+    """Device allocation on the nodes of one emulated cluster."""
+
+    def __init__(self) -> None:
+        self._accelerators: dict[str, Accelerator] = {}  # node -> what it carries
+        self._in_use: dict[str, dict[int, tuple[str, str]]] = {}  # node -> device -> (namespace, pod)
+
+    def add_node(self, name: str, accelerator: str | None) -> None:
+        if accelerator:
+            spec = Accelerator.parse(accelerator)
+            if spec.catalog_entry.vendor == "nvidia":
+                self._accelerators[name] = spec
+
+    def allocate(self, pod: dict[str, Any], node: str, workdir: Path) -> dict[str, dict[str, str]]:
+        """Per container name, the environment its devices add (empty for a container without GPUs)."""
+        spec = self._accelerators.get(node)
+        if spec is None:
+            return {}
+        key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+        held = self._in_use.setdefault(node, {})
+        allocated: dict[str, dict[str, str]] = {}
+        for container in pod["spec"].get("containers") or []:
+            limits = (container.get("resources") or {}).get("limits") or {}
+            whole = _count(limits.get(spec.catalog_entry.resource_name))
+            mig = next(((k[len(MIG_PREFIX) :], _count(v)) for k, v in limits.items() if k.startswith(MIG_PREFIX)), None)
+            if whole:
+                free = [i for i in range(spec.count) if i not in held][:whole]
+                held.update(dict.fromkeys(free, key))
+                devices = gpus.devices(spec.type, free, node, memory_gb=spec.variants[0].memory_gb)
+            elif mig and mig[1]:
+                devices = gpus.devices(
+                    spec.type, list(range(mig[1])), node, memory_gb=spec.variants[0].memory_gb, mig_profile=mig[0]
+                )
+            else:
+                continue
+            allocated[container["name"]] = gpus.install(devices, workdir / "gpus" / container["name"])
+        return allocated
+
+    def release(self, namespace: str, name: str) -> None:
+        for held in self._in_use.values():
+            for index in [i for i, owner in held.items() if owner == (namespace, name)]:
+                del held[index]
+
+
+def _count(quantity: Any) -> int:
+    return math.floor(float(parse_quantity(quantity))) if quantity is not None else 0

@@ -1,0 +1,190 @@
+"""The emulated ``nvidia-smi`` (see ``airflow_gpu.testing.gpus``); standard library only.
+
+``airflow_gpu.testing.gpus.install`` writes this file, with a shebang line, as ``nvidia-smi`` beside
+a ``devices.json``. It answers in nvidia-smi's formats: ``--query-gpu=<fields>
+--format=csv[,noheader][,nounits] [-lms=N | -l N]``, ``topo -m``, ``-L``, ``--version`` and the
+plain status header. Readings follow the processes of the caller's session (the container).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+Device = dict[str, Any]
+
+DRIVER, CUDA = "570.133.20", "12.8"
+TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+UNITS = {
+    "utilization.gpu": " %", "utilization.memory": " %", "memory.used": " MiB", "memory.total": " MiB",
+    "memory.free": " MiB", "power.draw": " W", "power.limit": " W", "clocks.sm": " MHz",
+}  # fmt: skip
+
+
+def load_devices() -> list[Device]:
+    devices: list[Device] = json.loads((Path(sys.argv[0]).resolve().parent / "devices.json").read_text())
+    return devices
+
+
+def session_usage() -> tuple[float, float]:
+    """(CPU seconds, resident MiB) of the other processes in the caller's session: the container's (a
+    profiler may start nvidia-smi in a session of its own)."""
+    me, session = os.getpid(), os.getsid(os.getppid())
+    cpu = rss = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if int(fields[3]) != session:
+            continue
+        cpu += (int(fields[11]) + int(fields[12])) / TICKS
+        rss += int(fields[21]) * PAGE / 2**20
+    return cpu, rss
+
+
+class Readings:
+    """Utilisation from the CPU time spent between two readings."""
+
+    def __init__(self, devices: list[Device]) -> None:
+        self.devices = devices
+        self.last = (time.monotonic(), session_usage()[0])
+
+    def take(self) -> list[tuple[Device, float, float, float]]:
+        now = time.monotonic()
+        cpu, rss = session_usage()
+        elapsed = max(now - self.last[0], 1e-3)
+        busy = max(0.0, (cpu - self.last[1]) / elapsed * 100)
+        self.last = (now, cpu)
+        rows = []
+        for device in self.devices:
+            util = min(100.0, max(0.0, busy - 100 * device["index"]))
+            used = min(float(device["memory_mib"]), rss if util > 0 else 0.0) + 3.0
+            power = 0.1 * device["power_limit_w"] + 0.9 * device["power_limit_w"] * util / 100
+            rows.append((device, util, used, power))
+        return rows
+
+
+def value(field: str, device: Device, util: float, used: float, power: float) -> Any:
+    mig = device.get("mig")
+    values = {
+        "timestamp": datetime.now().strftime("%Y/%m/%d %H:%M:%S.%f")[:-3],
+        "index": device["index"],
+        "uuid": device["uuid"],
+        "name": device["name"],
+        "driver_version": DRIVER,
+        "pci.bus_id": f"00000000:{0x10 + device['index']:02X}:00.0",
+        "count": None,
+        "utilization.gpu": "[N/A]" if mig else round(util),
+        "utilization.memory": "[N/A]" if mig else round(util * 0.6),
+        "memory.used": round(used),
+        "memory.total": device["memory_mib"],
+        "memory.free": device["memory_mib"] - round(used),
+        "power.draw": f"{power:.2f}",
+        "power.limit": f"{device['power_limit_w']:.2f}",
+        "temperature.gpu": round(32 + util * 0.4),
+        "clocks.sm": 1410 if util > 0 else 210,
+        "mig.mode.current": "Enabled" if mig else "Disabled",
+    }
+    if field not in values:
+        raise KeyError(field)
+    return values[field]
+
+
+def option(args: list[str], name: str) -> str | None:
+    for i, arg in enumerate(args):
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+        if arg == name and i + 1 < len(args):
+            return args[i + 1]
+    return None
+
+
+def query(args: list[str], devices: list[Device]) -> int:
+    fields = [f.strip() for f in (option(args, "--query-gpu") or "").split(",") if f.strip()]
+    fmt = (option(args, "--format") or "csv").split(",")
+    ms = option(args, "-lms")
+    seconds = option(args, "-l") or option(args, "--loop")
+    interval = int(ms) / 1000 if ms else (float(seconds) if seconds else None)
+    try:
+        for field in fields:
+            value(field, devices[0] if devices else {"index": 0}, 0, 0, 0)
+    except KeyError as error:
+        print(f'Field "{error.args[0]}" is not a valid field to query.', file=sys.stderr)
+        return 2
+    if "noheader" not in fmt:
+        print(", ".join(f + (f" [{UNITS[f].strip()}]" if f in UNITS else "") for f in fields))
+    readings = Readings(devices)
+    while True:
+        for device, util, used, power in readings.take():
+            cells = []
+            for field in fields:
+                cell = value(field, device, util, used, power)
+                if field == "count":
+                    cell = len(devices)
+                unit = "" if "nounits" in fmt or str(cell).startswith("[") else UNITS.get(field, "")
+                cells.append(f"{cell}{unit}")
+            print(", ".join(str(c) for c in cells))
+        sys.stdout.flush()
+        if interval is None:
+            return 0
+        time.sleep(interval)
+
+
+def topology(devices: list[Device]) -> int:
+    names = [f"GPU{d['index']}" for d in devices]
+    print("\t" + "\t".join(names) + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID")
+    for a in devices:
+        cells = [" X " if a is b else ("NV18" if a.get("nvlink") else "PIX") for b in devices]
+        print(f"GPU{a['index']}\t" + "\t".join(cells) + "\t0-7\t0\t\tN/A")
+    print("\nLegend:\n\n  X    = Self")
+    print("  SYS  = Connection traversing PCIe as well as the SMP interconnect")
+    print("  PIX  = Connection traversing at most a single PCIe bridge")
+    print("  NV#  = Connection traversing a bonded set of # NVLinks")
+    return 0
+
+
+def header(devices: list[Device]) -> int:
+    print(time.strftime("%a %b %d %H:%M:%S %Y"))
+    print("+-----------------------------------------------------------------------------------------+")
+    print(f"| NVIDIA-SMI {DRIVER:<18} Driver Version: {DRIVER:<14} CUDA Version: {CUDA:<8}|")
+    print("+-----------------------------------------------------------------------------------------+")
+    for device in devices:
+        print(f"|   {device['index']}  {device['name']:<40}   |")
+    return 0
+
+
+def main(args: list[str]) -> int:
+    devices = load_devices()
+    if not devices:
+        print("No devices were found")
+        return 6
+    if args[:1] == ["topo"] and "-m" in args:
+        return topology(devices)
+    if args[:1] in (["-L"], ["--list-gpus"]):
+        for device in devices:
+            print(f"GPU {device['index']}: {device['name']} (UUID: {device['uuid']})")
+        return 0
+    if args[:1] == ["--version"]:
+        print(f"NVIDIA-SMI version  : {DRIVER}\nNVML version        : {DRIVER.rsplit('.', 1)[0]}")
+        print(f"DRIVER version      : {DRIVER}\nCUDA Version        : {CUDA}")
+        return 0
+    if option(args, "--query-gpu"):
+        return query(args, devices)
+    return header(devices)
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except (KeyboardInterrupt, BrokenPipeError):
+        sys.exit(0)
