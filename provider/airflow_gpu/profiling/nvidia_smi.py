@@ -4,13 +4,21 @@
 GPU per interval. A field the GPU does not support reads ``[N/A]`` or ``[Not Supported]``; such a
 value is None. nvidia-smi has no energy-counter field, so ``total_energy_consumption`` is None and
 the summary integrates power instead.
+
+``NvidiaSmiSampler`` runs that command as a child process for images without Python NVML.
+Shipped into the container: standard library and ``airflow_gpu.profiling`` only, Python 3.8.
 """
 
 from __future__ import annotations
 
 import csv
+import re
+import shutil
+import subprocess
+import threading
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
+from typing import Any
 
 from airflow_gpu.profiling.samples import Sample
 
@@ -57,3 +65,187 @@ def parse(lines: Iterable[str]) -> Iterator[Sample]:
             time=time, gpu=index, uuid=row[2].strip(), name=row[3].strip(), gpu_util=util,
             mem_copy_util=mem_util, fb_used=used, fb_total=total, power_usage=power, gpu_temp=temp, sm_clock=clock,
         )  # fmt: skip
+
+
+# --- the devices: what the payload says about them ------------------------------------------
+
+#: ``--query-gpu`` fields describing each GPU once, at the start.
+DEVICE_QUERY = ("index", "uuid", "name", "memory.total", "mig.mode.current", "pci.bus_id", "driver_version")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # some nvidia-smi versions underline topo's header
+_GPU = re.compile(r"GPU[0-9]+\Z")
+_CUDA = re.compile(r"CUDA Version\s*:\s*([0-9]+\.[0-9]+)")
+
+
+def parse_devices(lines: Iterable[str]) -> tuple[list[dict[str, Any]], str | None]:
+    """``(gpus, driver)`` from ``--query-gpu=<DEVICE_QUERY> --format=csv,noheader,nounits`` lines."""
+    gpus: list[dict[str, Any]] = []
+    driver: str | None = None
+    for row in csv.reader(line for line in lines if line.strip()):
+        if len(row) != len(DEVICE_QUERY):
+            continue
+        cells = [cell.strip() for cell in row]
+        try:
+            index = int(cells[0])
+        except ValueError:
+            continue
+        mig = {"enabled": True, "disabled": False}.get(cells[4].lower())
+        gpus.append(
+            {
+                "index": index, "uuid": cells[1], "name": cells[2], "fb_total": _number(cells[3]), "mig": mig,
+                "pci": None if cells[5] in MISSING else cells[5],
+            }
+        )  # fmt: skip
+        driver = driver or (None if cells[6] in MISSING else cells[6])
+    return gpus, driver
+
+
+def parse_cuda(output: str) -> str | None:
+    """The CUDA version in nvidia-smi's header (``CUDA Version: 12.4``) or ``--version`` (``CUDA Version : 12.4``)."""
+    found = _CUDA.search(output)
+    return found.group(1) if found else None
+
+
+def parse_topology(output: str) -> dict[str, Any] | None:
+    """``nvidia-smi topo -m`` as ``{"gpus": ["GPU0", ...], "matrix": [["X", "NV12"], ...]}``.
+
+    The GPU columns lead the header (NIC columns and the CPU and NUMA affinity follow); each GPU
+    row's first cells are its links. Older drivers say ``SOC`` for what newer ones call ``SYS``.
+    None when the output is not such a matrix.
+    """
+    names: list[str] = []
+    rows: dict[str, list[str]] = {}
+    for raw in output.splitlines():
+        line = _ANSI.sub("", raw)
+        tokens = line.split()
+        if not tokens:
+            continue
+        if tokens[0].startswith("Legend"):
+            break
+        if not names and line[:1].isspace() and _GPU.match(tokens[0]):
+            for token in tokens:
+                if not _GPU.match(token):
+                    break
+                names.append(token)
+        elif names and _GPU.match(tokens[0]) and not line[:1].isspace():
+            rows[tokens[0]] = ["SYS" if cell == "SOC" else cell for cell in tokens[1 : 1 + len(names)]]
+    if not names or set(rows) != set(names) or any(len(cells) != len(names) for cells in rows.values()):
+        return None
+    return {"gpus": names, "matrix": [rows[name] for name in names]}
+
+
+# --- the sampler ------------------------------------------------------------------------------
+
+
+class NvidiaSmiSampler:
+    """``nvidia-smi --query-gpu ... -lms`` as a child process whose lines are the samples.
+
+    The child runs in its own session (a Ctrl-C meant for the workload does not end the sampling
+    early), and ``stop()`` terminates, waits for and reaps it: no zombie, no orphan. nvidia-smi
+    missing or failing: ``start()`` returns False with ``note`` saying why, never an exception.
+    """
+
+    source = "nvidia-smi"
+
+    def __init__(self, interval: float, executable: str = "nvidia-smi") -> None:
+        if interval <= 0:
+            raise ValueError(f"interval must be positive, got {interval}")
+        self.interval = interval
+        self.executable = executable
+        self.note: str | None = None
+        self._path: str | None = None
+        self._info: dict[str, Any] = {"driver": None, "cuda": None, "gpus": [], "topology": None}
+        self._samples: list[Sample] = []
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._process: subprocess.Popen[str] | None = None
+        self._reader: threading.Thread | None = None
+        self._last_other = ""
+
+    @property
+    def pid(self) -> int | None:
+        """The sampling nvidia-smi's process id, while there is one."""
+        return None if self._process is None else self._process.pid
+
+    def _query(self, *args: str) -> tuple[int, str]:
+        assert self._path is not None
+        done = subprocess.run(
+            [self._path, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=10
+        )
+        return done.returncode, done.stdout
+
+    def start(self) -> bool:
+        """Describe the GPUs, then start the sampling child; False (and ``note``) when it cannot."""
+        self._path = shutil.which(self.executable)
+        if self._path is None:
+            self.note = f"nvidia-smi: {self.executable} not found on PATH"
+            return False
+        try:
+            code, output = self._query(f"--query-gpu={','.join(DEVICE_QUERY)}", "--format=csv,noheader,nounits")
+            gpus, driver = parse_devices(output.splitlines())
+            if code != 0 or not gpus:
+                said = next((line.strip() for line in output.splitlines() if line.strip()), f"exit code {code}")
+                self.note = f"nvidia-smi: {said}" if code != 0 else "nvidia-smi: no GPU is visible to this container"
+                return False
+            self._info = {"driver": driver, "cuda": None, "gpus": gpus, "topology": None}
+            self._info["cuda"] = parse_cuda(self._query()[1])
+            code, output = self._query("topo", "-m")
+            self._info["topology"] = parse_topology(output) if code == 0 else None
+            self._process = subprocess.Popen(
+                [self._path, *command(max(1, round(self.interval * 1000)))[1:]],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                text=True, bufsize=1, start_new_session=True,
+            )  # fmt: skip
+        except (OSError, subprocess.SubprocessError) as error:
+            self.note = f"nvidia-smi: {error}"
+            return False
+        self._reader = threading.Thread(target=self._read, name="airflow-gpu-nvidia-smi-reader", daemon=True)
+        self._reader.start()
+        return True
+
+    def _read(self) -> None:
+        process = self._process
+        assert process is not None and process.stdout is not None
+        for line in process.stdout:
+            taken = list(parse([line]))
+            if taken:
+                with self._lock:
+                    self._samples.extend(taken)
+            elif line.strip():
+                self._last_other = line.strip()
+        if not self._stopping.is_set():
+            code = process.wait()
+            said = f": {self._last_other}" if self._last_other else ""
+            self.note = f"nvidia-smi: sampling stopped early (exit code {code}{said})"
+
+    def stop(self) -> None:
+        """Terminate and reap the sampling child, then take a last reading (idempotent)."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        self._stopping.set()
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+        if process.stdout is not None:
+            process.stdout.close()
+        try:  # the run's end, so that a run shorter than the interval has a duration
+            code, output = self._query(f"--query-gpu={','.join(QUERY)}", "--format=csv,noheader,nounits")
+        except (OSError, subprocess.SubprocessError):
+            return
+        if code == 0:
+            with self._lock:
+                self._samples.extend(parse(output.splitlines()))
+
+    def samples(self) -> list[Sample]:
+        with self._lock:
+            return list(self._samples)
+
+    def devices(self) -> dict[str, Any]:
+        """``driver``, ``cuda``, ``gpus`` and ``topology``, as the payload carries them."""
+        return dict(self._info)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from itertools import groupby, pairwise
+from itertools import groupby
 from typing import Any
 
 from airflow_gpu.profiling.samples import Sample
@@ -57,7 +57,10 @@ def _energy(series: Sequence[Sample]) -> tuple[float | None, str | None]:
         return (counter[-1][1] - counter[0][1]) / 3_600_000, "counter"  # mJ -> Wh
     power = [(s.time, s.power_usage) for s in series if s.power_usage is not None]
     if len(power) >= 2:
-        joules = sum((t2 - t1) * (p1 + p2) / 2 for (t1, p1), (t2, p2) in pairwise(power))
+        # Trapezoids between consecutive readings (indices, not itertools.pairwise: Python 3.8 runs this).
+        joules = sum(
+            (power[i][0] - power[i - 1][0]) * (power[i][1] + power[i - 1][1]) / 2 for i in range(1, len(power))
+        )
         return joules / 3600, "integrated power"
     return None, None
 
