@@ -4,6 +4,8 @@ Kept free of imports beyond the package version: Airflow calls it while discover
 in every process it starts. The shape is the official providers' (``integrations``, then
 ``operators``, ``hooks`` and ``triggers`` by integration); ``tests/test_package.py`` checks that
 every module listed here imports and that every operator, hook and trigger module is listed.
+The report plugin is listed here and also has an ``airflow.plugins`` entry point, because Airflow
+reads a provider's ``plugins`` only with ``[core] lazy_discover_providers = False``.
 """
 
 from __future__ import annotations
@@ -49,4 +51,6 @@ def get_provider_info() -> dict[str, Any]:
         "triggers": [
             {"integration-name": AWS_BATCH, "python-modules": ["airflow_gpu.triggers.batch"]},
         ],
+        "extra-links": ["airflow_gpu.links.profile.GPUProfileLink"],
+        "plugins": [{"name": "airflow_gpu", "plugin-class": "airflow_gpu.plugins.plugin.GPUProfilePlugin"}],
     }
