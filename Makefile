@@ -45,7 +45,7 @@ docs: install
 
 # Every test, end-to-end included; the 15 slowest are listed at the end so that the cost stays visible.
 pytest: install
-	$(BIN)/pytest --durations=15
+	$(BIN)/pytest -n 2 --durations=15
 
 test: lint typecheck docs pytest
 
@@ -58,6 +58,8 @@ bench: install
 	$(BIN)/python bench/emulator_throughput.py
 	$(BIN)/python bench/dag_parse_time.py
 	$(BIN)/python bench/batch_polling.py
+	$(BIN)/python bench/profiling_sampler.py
+	$(BIN)/python bench/report_render.py
 
 clean:
 	rm -rf $(VENV) docs/_build .pytest_cache .mypy_cache .ruff_cache .hypothesis .demo .emulator

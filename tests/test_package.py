@@ -166,7 +166,7 @@ def test_example_dags_parse_without_errors_or_deprecations() -> None:
         w for w in caught if "deprecat" in str(w.message).lower() or issubclass(w.category, DeprecationWarning)
     ]
     assert not deprecations, [f"{w.category.__name__}: {w.message} ({w.filename})" for w in deprecations]
-    assert set(bag.dags) == {"example_accelerator_spec", "gpu_fanout", "gpu_batch_train"}
+    assert set(bag.dags) == {"example_accelerator_spec", "gpu_fanout", "gpu_batch_train", "gpu_profile_showcase"}
     fanout = bag.dags["gpu_fanout"]
     assert fanout.get_task("score_shard").map_index_template == "shard {{ task.arguments[1] }}"
     assert fanout.get_task("score_shard").max_active_tis_per_dagrun == 3

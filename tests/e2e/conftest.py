@@ -20,6 +20,8 @@ SCENARIOS = pytest.StashKey[list[Scenario]]()
 BIN = Path(sys.executable).parent
 # The scenario tasks mostly wait on their emulators, so more of them than cores run side by side.
 STACK_PARALLELISM = 8
+#: A viewer of the shared stack who may read ``gpu_fanout`` only.
+OUTSIDER = "outsider"
 
 
 @pytest.fixture(scope="session")
@@ -73,7 +75,8 @@ def airflow_stack(
         shutil.copy(dag_file, dags)
     config = root / "airflow-home" / "config"  # on every part's sys.path
     config.mkdir(parents=True)
-    shutil.copy(Path(__file__).resolve().parent / "stack_config" / "airflow_local_settings.py", config)
+    for module in ("airflow_local_settings.py", "dag_scoped_auth.py"):
+        shutil.copy(Path(__file__).resolve().parent / "stack_config" / module, config)
     with KubernetesEmulator("demo") as emulator:
         emulator.write_kubeconfig(root / "kubeconfig")
         connection = {"conn_type": "kubernetes", "extra": {"kube_config_path": str(emulator.kubeconfig_path)}}
@@ -91,7 +94,11 @@ def airflow_stack(
                 # Eight workers starting at once on two busy cores can take longer than the default
                 # 30 s to parse a DAG file; a timeout there reschedules the task, a retry in disguise.
                 "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",
+                # A user who may read one DAG only: the GPU report pages answer it 403 elsewhere.
+                "AIRFLOW__CORE__AUTH_MANAGER": "dag_scoped_auth.DagScopedAuthManager",
+                "AIRFLOW_GPU_TEST_DAG_SCOPES": f"{OUTSIDER}=gpu_fanout",
             },
+            users={OUTSIDER: "viewer"},
             parallelism=STACK_PARALLELISM,
         )
         with stack:

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from airflow_gpu.accelerators.batch import instance_offers
+from airflow_gpu.links.profile import GPUProfileLink
+from airflow_gpu.plugins.urls import absolute_task_url
 from airflow_gpu.testing.batch.compute import LOG_GROUP
 from airflow_gpu.testing.batch.emulator import BatchEmulator
 from tests.e2e.scenarios import Injector, Scenario, ScenarioRun, scenarios
@@ -108,6 +110,14 @@ def test_single_job(scenario_run: ScenarioRun) -> None:
     assert {j["jobDefinition"] for j in jobs} == {job["jobDefinition"]}
     all_revisions = emulator.client("batch").describe_job_definitions(jobDefinitionName=registered["jobDefinitionName"])
     assert len(all_revisions["jobDefinitions"]) == 1
+    # The job's GPU profile, read from its CloudWatch stream with the result line.
+    profile = scenario_run.xcom("gpu_profile", run_id=first)
+    assert profile["source"] == "nvidia-smi" and [g["name"] for g in profile["gpus"]] == ["NVIDIA A10G"]
+    assert profile["workload"] == job["jobId"] and profile["capacity"] == "spot" and profile["backend"] == "batch"
+    assert profile["summary"][0]["samples"] >= 1 and profile["duration_s"] > 0
+    assert profile["cost"]["instance_type"].startswith("g5.") and profile["cost"]["capacity"] == "spot"
+    link = scenario_run.xcom(f"_link_{GPUProfileLink.__name__}", run_id=first)
+    assert link == absolute_task_url(scenario_run.stack.url, scenario_run.dag_id, first, "train", -1)
 
 
 @scenarios(batch("gpu_batch_reclaim", injector=lambda: Reclaimer(times=2, in_task_log=True), conf={"hold": True}))

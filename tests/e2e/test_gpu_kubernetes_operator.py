@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
+from airflow_gpu.links.profile import GPUProfileLink
+from airflow_gpu.plugins.urls import absolute_task_url
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 from tests.e2e.scenarios import STACK_DAGS, Injector, Scenario, ScenarioRun, scenarios
 
@@ -158,6 +160,15 @@ def assert_resumed_after_two_preemptions(run: ScenarioRun, deferrable: bool) -> 
     assert without_location(run.xcom("gpu_accelerator")) == {"accelerator": "H100:8", "capacity": "spot"}
     if deferrable:
         assert log.count("Pausing task as DEFERRED") >= 3  # one deferral per pod
+    # The last pod's GPU profile: its 8 GPUs as the node's driver reports them, the run's history.
+    profile = run.xcom("gpu_profile")
+    assert profile["source"] == "nvidia-smi" and profile["driver"]
+    assert [g["name"] for g in profile["gpus"]] == ["NVIDIA H100 80GB HBM3"] * 8
+    assert profile["interruptions"] == 2 and profile["capacity"] == "spot" and profile["accelerator"] == "H100:8"
+    assert profile["instance_type"] == "p5.48xlarge"  # the node's label
+    assert profile["workload"] not in preempted and all(s["samples"] >= 1 for s in profile["summary"])
+    link = run.xcom(f"_link_{GPUProfileLink.__name__}")
+    assert link == absolute_task_url(run.stack.url, run.dag_id, run.run_id, "train", -1)
 
 
 @both_modes("gpu_kubernetes_preempt", injector=lambda: Preempter(times=2))

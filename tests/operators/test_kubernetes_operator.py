@@ -205,3 +205,35 @@ def test_a_mapped_instances_pods_carry_its_map_index_in_every_process() -> None:
     pod = resumed.build_pod_request_obj(context, dry_run=True)  # type: ignore[arg-type]
     assert pod.metadata.name.startswith("train-3-") and pod.spec.containers[0].image == resumed.images[1]
     assert resumed.name == "train"  # the operator's own field is left as the user gave it
+
+
+def test_a_profiled_pod_runs_its_command_under_the_profiler() -> None:
+    """NVIDIA GPUs are profiled by default: ``cmds`` + ``arguments`` run under the entrypoint."""
+    operator = GPUKubernetesOperator(
+        task_id="t", name="train", accelerator="H100:2", cmds=["python"], arguments=["train.py", "--epochs", "2"]
+    )
+    container = ApiClient().sanitize_for_serialization(operator.build_pod_request_obj(dry_run=True))["spec"][
+        "containers"
+    ][0]
+    assert container["command"][:2] == ["/bin/sh", "-c"]
+    assert container["command"][-4:] == ["python", "train.py", "--epochs", "2"] and "args" not in container
+    assert {e["name"]: e["value"] for e in container["env"]}["AIRFLOW_GPU_PROFILE_INTERVAL"] == "1.0"
+    assert operator.cmds == ["python"]  # the operator's own fields are never rewritten
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "profiled"),
+    [({"accelerator": "MI300X:8"}, False), ({"accelerator": "L4", "gpu_profile": False}, False),
+     ({"accelerator": "L4", "cmds": None, "arguments": ["--serve"]}, False), ({"accelerator": "L4"}, True)],
+)  # fmt: skip
+def test_what_is_not_profiled(kwargs: dict[str, Any], profiled: bool) -> None:
+    """AMD has no NVML; ``gpu_profile=False`` opts out; an image's own entrypoint cannot be wrapped."""
+    operator = GPUKubernetesOperator(task_id="t", name="train", **{"cmds": ["serve"], **kwargs})
+    container = operator.build_pod_request_obj(dry_run=True).spec.containers[0]
+    assert (container.command is not None and container.command[:2] == ["/bin/sh", "-c"]) is profiled
+
+
+def test_a_sampling_interval_that_cannot_work_is_refused_at_parse_time() -> None:
+    with pytest.raises(AcceleratorSpecError) as error:
+        GPUKubernetesOperator(task_id="t", name="train", accelerator="L4", cmds=["x"], profile_interval=120)
+    assert error.value.field == "profile_interval"

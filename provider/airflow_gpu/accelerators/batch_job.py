@@ -41,17 +41,31 @@ def job_name(rendered: str, map_index: int | None) -> str:
     return batch_name(f"{rendered}-m{map_index}" if mapped else rendered)
 
 
-def job_definition(image: str, placement: BatchPlacement, retry: Mapping[str, Any], accelerator: str) -> dict[str, Any]:
+#: ECS refuses a task whose container overrides (command, environment...) are longer than this, as
+#: JSON: the job fails once it would start, long after SubmitJob accepted it.
+MAX_OVERRIDES_CHARS = 8192
+
+
+def job_definition(
+    image: str,
+    placement: BatchPlacement,
+    retry: Mapping[str, Any],
+    accelerator: str,
+    environment: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """RegisterJobDefinition's arguments (without the name) for one candidate.
 
     The command is not part of it: a templated or mapped command would register a new revision
-    per run or per map index. It travels in each job's container overrides instead.
+    per run or per map index. It travels in each job's container overrides instead. What is the
+    same for every job and too big for the overrides (the profiler's code) is ``environment``.
     """
     container: dict[str, Any] = {
         "image": image,
         "resourceRequirements": placement.resource_requirements,
         "linuxParameters": placement.linux_parameters,
     }
+    if environment:
+        container["environment"] = [{"name": k, "value": v} for k, v in environment.items()]
     return {
         "type": "container",
         "containerProperties": container,
@@ -86,6 +100,19 @@ def container_overrides(
     if command and "command" not in overrides:
         overrides["command"] = list(command)
     return overrides
+
+
+def overrides_too_long(overrides: Mapping[str, Any]) -> str | None:
+    """Why ECS would refuse these container overrides (None when it would not)."""
+    import json
+
+    length = len(json.dumps(overrides, separators=(",", ":")))
+    if length <= MAX_OVERRIDES_CHARS:
+        return None
+    return (
+        f"the job's container overrides are {length} characters, ECS allows {MAX_OVERRIDES_CHARS}: the job "
+        "would be accepted and then fail; shorten the command or environment, or move them to your job definition"
+    )
 
 
 def identity_tags(ti: Any) -> dict[str, str]:

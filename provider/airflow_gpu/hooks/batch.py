@@ -26,7 +26,7 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
 
 from airflow_gpu.accelerators.batch import instance_offers
 from airflow_gpu.accelerators.batch_queues import QueueOffer, unreadable_types
-from airflow_gpu.utils.results import RESULT_MARKER, last_result
+from airflow_gpu.utils.results import RESULT_MARKER, WorkloadOutput, read_output
 
 __all__ = ["DEFAULT_LOG_GROUP", "SPEC_HASH_TAG", "GPUBatchHook", "QueueOffer", "definition_hash"]
 
@@ -166,22 +166,25 @@ class GPUBatchHook(BatchClientHook):
         streams.append((job.get("container") or {}).get("logStreamName"))
         return [s for s in dict.fromkeys(streams) if s]
 
-    def read_result(self, job: Mapping[str, Any], wait: float, poll: float = 1.0) -> tuple[bool, Any]:
-        """``(found, value)`` of the last result line of the job's final attempt.
+    def read_output(
+        self, job: Mapping[str, Any], wait: float, *, result: bool = True, profile: bool = False, poll: float = 1.0
+    ) -> WorkloadOutput:
+        """The result line and the GPU profile the job's final attempt printed.
 
         CloudWatch makes events readable seconds after they were written, so a job may be
-        SUCCEEDED before its result line can be read: the line is waited for up to ``wait``
-        seconds, reading the newest events of the stream (one GetLogEvents a poll: the API is
-        throttled per account). A stream that does not exist yet is "not yet"; any other error is
-        retried until ``wait`` has passed, then raised. A job without awslogs or without a stream
-        has no result (``found`` False). A result line that is not JSON raises ``ResultError``.
+        SUCCEEDED before its last lines can be read: they are waited for up to ``wait`` seconds,
+        reading the newest events of the stream (one GetLogEvents a poll: the API is throttled per
+        account). The wait ends once what is wanted is read: the profile, which the profiler prints
+        last (so the lines before it are in too), or else the result line. A stream that does not
+        exist yet is "not yet"; any other error is logged and tried again until ``wait`` has passed.
+        A job without awslogs or without a stream has neither.
         """
         from airflow.providers.amazon.aws.hooks.logs import AwsLogsHook
         from botocore.exceptions import ClientError
 
         group, streams = self.log_group(job), self.attempt_streams(job)
-        if group is None or not streams:
-            return False, None
+        if group is None or not streams or not (result or profile):
+            return WorkloadOutput()
         options = ((job.get("container") or {}).get("logConfiguration") or {}).get("options") or {}
         logs = AwsLogsHook(
             aws_conn_id=self.aws_conn_id, region_name=options.get("awslogs-region") or self.conn_region_name
@@ -190,17 +193,22 @@ class GPUBatchHook(BatchClientHook):
         while True:
             try:
                 events = logs.conn.get_log_events(logGroupName=group, logStreamName=streams[-1], startFromHead=False)
-                found = last_result(str(e["message"]) for e in events["events"])
-            except ClientError as error:  # not there yet; denied or throttled: the result is lost, not the job
+                # One event may hold several lines (awslogs-multiline-pattern, awslogs-datetime-format).
+                output = read_output(line for e in events["events"] for line in str(e["message"]).splitlines())
+            except ClientError as error:  # not there yet; denied or throttled: the output is lost, not the job
                 if error.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
                     self.log.warning("Reading %s/%s: %s", group, streams[-1], error)
-                found = (False, None)
-            if found[0]:
-                return found
+                output = WorkloadOutput()
+            except Exception as error:  # a timeout or a dropped connection (botocore): the same
+                self.log.warning("Reading %s/%s: %s: %s", group, streams[-1], type(error).__name__, error)
+                output = WorkloadOutput()
+            if output.profile is not None if profile else output.result_found:
+                return output
             if time.monotonic() >= deadline:
-                self.log.warning(
-                    "No %s line was readable within log_lag=%gs after job %s SUCCEEDED (CloudWatch ingestion "
-                    "can lag: raise log_lag if the job prints one)", RESULT_MARKER, wait, job.get("jobId"),
-                )  # fmt: skip
-                return found
+                if result and not output.result_found:
+                    self.log.warning(
+                        "No %s line was readable within log_lag=%gs after job %s ended (CloudWatch ingestion "
+                        "can lag: raise log_lag if the job prints one)", RESULT_MARKER, wait, job.get("jobId"),
+                    )  # fmt: skip
+                return output
             time.sleep(min(poll, max(deadline - time.monotonic(), 0)))

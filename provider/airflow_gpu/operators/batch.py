@@ -38,14 +38,23 @@ from airflow_gpu.accelerators.shared_memory import SharedMemory
 from airflow_gpu.accelerators.spec import Accelerator, parse_candidates
 from airflow_gpu.hooks.batch import GPUBatchHook
 from airflow_gpu.images.selection import resolve_image
+from airflow_gpu.links.profile import GPUProfileLink
+from airflow_gpu.operators.gpu_profile import (
+    ENV_SPOT_NOTICE,
+    check_interval,
+    profiled_by_default,
+    profiler_environment,
+    publish_profile,
+)
 from airflow_gpu.operators.spot_task import bad_result, fail, log_interruptions, publish, save_run, saved_run
+from airflow_gpu.profiling import bundle
 from airflow_gpu.spot import batch as spot_batch
 from airflow_gpu.spot.batch import FINAL, CapacityClock
 from airflow_gpu.spot.policy import Placement, SpotPolicy
 from airflow_gpu.spot.run import SpotRun
 from airflow_gpu.utils.batch_links import earlier_job, persist_job_links, persist_log_link
 from airflow_gpu.utils.batch_logs import AttemptLogs
-from airflow_gpu.utils.results import ResultError
+from airflow_gpu.utils.results import WorkloadOutput
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -55,6 +64,8 @@ JOB_ID_XCOM_KEY = "batch_job_id"
 STATE_KEY = "airflow_gpu_batch_job"
 #: Trigger failures in a row (DescribeJobs keeps failing) before the task gives up on waiting.
 MAX_TRIGGER_ERRORS = 3
+#: Where the profiler writes the spot notice it reads from the instance metadata service.
+SPOT_NOTICE_FILE = "/tmp/airflow-gpu/spot-notice"
 
 
 class GPUBatchOperator(BatchOperator):
@@ -76,6 +87,12 @@ class GPUBatchOperator(BatchOperator):
     :param driver_version: the hosts' NVIDIA driver, to select or validate the image's CUDA.
     :param log_lag: the longest CloudWatch ingestion lag to wait out, in seconds: for the result line
         after a success (ended early once it is read), for the last lines of a failed job.
+    :param gpu_profile: sample the GPUs while the job runs (default: on for NVIDIA GPUs); the
+        summary, advice and cost go to XCom ``gpu_profile`` and the GPU Profile page. It wraps
+        ``command`` (or the overrides' command), so it needs one and a python3 in the image. The
+        profiler also polls the instance metadata service for a spot interruption notice and writes
+        it to ``$AIRFLOW_GPU_SPOT_NOTICE_FILE``.
+    :param profile_interval: seconds between samples (0.05 to 60).
 
     Every ``BatchOperator`` argument works too; ``job_name`` is templated, and a mapped task's
     jobs get ``-m<map index>``. The task's return value is the JSON of the last
@@ -85,6 +102,7 @@ class GPUBatchOperator(BatchOperator):
 
     template_fields: Sequence[str] = (*BatchOperator.template_fields, "command", "environment")
     aws_hook_class = GPUBatchHook
+    operator_extra_links = (*BatchOperator.operator_extra_links, GPUProfileLink())  # type: ignore[assignment]
 
     def __init__(
         self,
@@ -103,9 +121,13 @@ class GPUBatchOperator(BatchOperator):
         job_name: str | None = None,
         driver_version: str | None = None,
         log_lag: float = 10.0,
+        gpu_profile: bool | None = None,
+        profile_interval: float = 1.0,
         **kwargs: Any,
     ) -> None:
         self.candidates = parse_candidates(accelerator)
+        self.gpu_profile = profiled_by_default(self.candidates) if gpu_profile is None else bool(gpu_profile)
+        self.profile_interval = check_interval(profile_interval)
         self.queues = check_queues(job_queue, job_queues)
         self.spot = spot if isinstance(spot, SpotPolicy) else SpotPolicy(**(spot or {}))
         self.images = tuple(resolve_image(image, c, driver_version) for c in self.candidates)
@@ -158,7 +180,10 @@ class GPUBatchOperator(BatchOperator):
             return str(self.job_definition)  # rendered: job_definition is a template field
         i = self.spot_run.placement.candidate
         retry = spot_batch.retry_strategy(self.spot)
-        definition = batch_job.job_definition(self.images[i], self.placements[i], retry, str(self.candidates[i]))
+        profiler = bundle.environment() if self.gpu_profile else None  # too big for the overrides
+        definition = batch_job.job_definition(
+            self.images[i], self.placements[i], retry, str(self.candidates[i]), environment=profiler
+        )
         name = batch_job.batch_name(context["ti"].dag_id, self.task_id, self.candidates[i].type)
         return self.gpu_hook.register_job_definition_once(name, definition)
 
@@ -176,16 +201,11 @@ class GPUBatchOperator(BatchOperator):
             "jobQueue": self._queue_for(placement),
             "jobDefinition": self._definition(context),
             "tags": {**(self.tags or {}), **batch_job.identity_tags(context["ti"])},
-            "containerOverrides": batch_job.container_overrides(
-                self.container_overrides,
-                self.environment,
-                self.spot_run.environment(),
-                self.placements[placement.candidate],
-                self.command,
-                on_user_definition=bool(self.user_job_definition),
-            ),
+            "containerOverrides": self._overrides(placement),
             "timeout": {"attemptDurationSeconds": self.submit_job_timeout} if self.submit_job_timeout else None,
         }
+        if refusal := batch_job.overrides_too_long(args["containerOverrides"]):
+            raise AirflowFailException(refusal)
         self.log.info("Submitting %s on %s to queue %s", args["jobName"], self.accelerator, args["jobQueue"])
         try:
             self.job_id = self.gpu_hook.api.submit_job(**trim_none_values(args))["jobId"]
@@ -196,6 +216,38 @@ class GPUBatchOperator(BatchOperator):
         context["ti"].xcom_push(key=JOB_ID_XCOM_KEY, value=self.job_id)
         job = self.gpu_hook.describe_job(str(self.job_id), self.poll_interval)
         persist_job_links(context, self, self.gpu_hook, job)
+
+    def _overrides(self, placement: Placement) -> dict[str, Any]:
+        """The container overrides; with ``gpu_profile`` the command runs under the profiler."""
+        overrides, command = dict(self.container_overrides or {}), self.command
+        run_environment = self.spot_run.environment()
+        given = overrides.get("command") or command
+        if self.gpu_profile and not given:
+            self.log.warning("gpu_profile needs `command`: the job definition's own cannot be wrapped; not profiling")
+        elif self.gpu_profile and self.user_job_definition:
+            self.log.warning(
+                "gpu_profile needs the job definition this operator registers: the profiler's code travels in "
+                "its environment (ECS takes no more than 8,192 characters of overrides); not profiling"
+            )
+        elif self.gpu_profile and given:
+            command = bundle.wrap_short(given)
+            overrides.pop("command", None)
+            run_environment |= profiler_environment(self.profile_interval, placement.capacity)
+            run_environment[ENV_SPOT_NOTICE] = SPOT_NOTICE_FILE
+        return batch_job.container_overrides(
+            overrides,
+            self.environment,
+            run_environment,
+            self.placements[placement.candidate],
+            command,
+            on_user_definition=bool(self.user_job_definition),
+        )
+
+    @property
+    def _wrapped(self) -> bool:
+        """Whether this task's jobs run under the profiler (see ``_overrides``)."""
+        given = (self.container_overrides or {}).get("command") or self.command
+        return bool(self.gpu_profile and given and not self.user_job_definition)
 
     def _earlier_job(self, context: Context) -> dict[str, Any] | None:
         job = earlier_job(context, STATE_KEY, self.gpu_hook, self.spot_run, self.log)
@@ -260,13 +312,16 @@ class GPUBatchOperator(BatchOperator):
         persist_log_link(context, self, self.gpu_hook, job)
         if decision.action == "succeed":
             try:
-                result = self._result(job)
+                result = self._result(context, job)
             except AirflowFailException:  # a result line that is not JSON ends this try too; any other
                 save_run(context, STATE_KEY, self.spot_run, open_=False)  # error leaves the job to a retry
                 raise
             save_run(context, STATE_KEY, self.spot_run, open_=False)
             publish(context, self.spot_run, spot_batch.queue_name(job))
             return result
+        if self.gpu_profile:  # a failed or reclaimed job's profile too: an out-of-memory shows there
+            output = self.gpu_hook.read_output(job, self.log_lag, result=False, profile=self._wrapped)
+            self._publish_profile(context, job, output)
         log_interruptions(self.log, self.spot_run, decision, job["jobId"])
         publish(context, self.spot_run, spot_batch.queue_name(job))
         if decision.action != "resubmit":
@@ -280,18 +335,35 @@ class GPUBatchOperator(BatchOperator):
         save_run(context, STATE_KEY, self.spot_run)
         return _RESUBMIT
 
-    def _result(self, job: dict[str, Any]) -> Any:
-        """The last result line of the successful attempt (waiting out ingestion lag), else the job id."""
-        if not self.do_xcom_push:
+    def _result(self, context: Context, job: dict[str, Any]) -> Any:
+        """The last result line of the successful attempt (waiting out ingestion lag), else the job id;
+        the job's GPU profile goes to XCom on the way."""
+        if not (self.do_xcom_push or self.gpu_profile):
             self._flush_logs(job, settle=True)
             return None
         try:
-            found, value = self.gpu_hook.read_result(job, self.log_lag)
-        except ResultError as error:
-            raise bad_result(error) from error
-        finally:  # the lag is waited out: the result line is read, or log_lag has passed
+            output = self.gpu_hook.read_output(job, self.log_lag, result=self.do_xcom_push, profile=self._wrapped)
+        finally:  # the lag is waited out: what was wanted is read, or log_lag has passed
             self._flush_logs(job, settle=False)
-        return value if found else self.job_id
+        if self.gpu_profile:
+            self._publish_profile(context, job, output)
+        if not self.do_xcom_push:
+            return None
+        if output.result_error is not None:
+            raise bad_result(output.result_error) from output.result_error
+        return output.result if output.result_found else self.job_id
+
+    def _publish_profile(self, context: Context, job: dict[str, Any], output: WorkloadOutput) -> None:
+        if not self._wrapped:
+            unread: str | None = "its command did not run under the profiler (see the warning above)"
+        elif not self.gpu_hook.attempt_streams(job):
+            unread = "the job never started, or has no log stream"
+        else:
+            unread = None
+        publish_profile(
+            context, output if unread is None else None, run=self.spot_run, accelerator=self.accelerator,
+            workload=job["jobId"], instance_type=None, log=self.log, unread=unread,
+        )  # fmt: skip
 
     def _check_queue_offers(self) -> None:
         """Skip candidates no queue can launch, and fail at once if none can: never RUNNABLE forever."""

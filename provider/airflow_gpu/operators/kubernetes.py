@@ -40,15 +40,24 @@ from airflow_gpu.accelerators.kubernetes import CAPACITIES, KubernetesPlacement,
 from airflow_gpu.accelerators.quantities import CpuAmount, MemoryAmount
 from airflow_gpu.accelerators.shared_memory import SharedMemory
 from airflow_gpu.accelerators.spec import Accelerator, parse_candidates
-from airflow_gpu.hooks.kubernetes import cluster_gpu_capacity
+from airflow_gpu.hooks.kubernetes import cluster_gpu_capacity, node_capacity_type
 from airflow_gpu.images.selection import resolve_image
+from airflow_gpu.links.profile import GPUProfileLink
+from airflow_gpu.operators.gpu_profile import (
+    ENV_SPOT_NOTICE,
+    check_interval,
+    profiled_by_default,
+    profiler_environment,
+    publish_profile,
+    wrapped,
+)
 from airflow_gpu.operators.spot_task import bad_result, fail, log_interruptions, publish
 from airflow_gpu.spot.classifier import Classification, Outcome, classify_deleted_pod, classify_pod, node_stays
 from airflow_gpu.spot.policy import Capacity, SpotPolicy
 from airflow_gpu.spot.run import SpotRun
 from airflow_gpu.utils.kubernetes import add_placement, to_dict
 from airflow_gpu.utils.pod_identity import identity_mismatch
-from airflow_gpu.utils.results import ResultError, last_result
+from airflow_gpu.utils.results import ResultError, WorkloadOutput, read_output
 
 if TYPE_CHECKING:
     from datetime import timedelta
@@ -58,9 +67,9 @@ if TYPE_CHECKING:
 
 #: Where the ``preStop`` hook writes the spot notice; ``{pod}`` keeps pods apart on shared hosts.
 SPOT_NOTICE_PATH = "/tmp/airflow-gpu/{pod}/spot-notice"
-ENV_SPOT_NOTICE = "AIRFLOW_GPU_SPOT_NOTICE_FILE"
 #: Pod annotation holding the run's state, read back when a retry reattaches to the pod.
 STATE_ANNOTATION = "airflow-gpu/state"
+UNREAD = "the pod was gone before its log could be read"
 
 
 class GPUKubernetesOperator(KubernetesPodOperator):
@@ -78,6 +87,11 @@ class GPUKubernetesOperator(KubernetesPodOperator):
     :param node_label_scheme: ``"nvidia-gfd"``, ``"gke"``, ``"karpenter"``, ``"none"`` or a mapping.
     :param mig_strategy: ``"mixed"`` (``nvidia.com/mig-<profile>`` resources) or ``"single"``.
     :param driver_version: the nodes' NVIDIA driver, to select or validate the image's CUDA.
+    :param gpu_profile: sample the GPUs while the pod runs (default: on for NVIDIA GPUs); the
+        summary, advice and cost go to XCom ``gpu_profile`` and the GPU Profile page. It wraps
+        ``cmds``, so it needs them (an image's own entrypoint cannot be wrapped) and a python3 in
+        the image (without one the pod runs unprofiled).
+    :param profile_interval: seconds between samples (0.05 to 60).
 
     Any ``KubernetesPodOperator`` argument works too. ``container_resources``, ``tolerations``,
     ``affinity``, ``volumes`` and ``volume_mounts`` add to the GPU ones, winning where both set the
@@ -85,6 +99,7 @@ class GPUKubernetesOperator(KubernetesPodOperator):
     """
 
     template_fields: Sequence[str] = (*KubernetesPodOperator.template_fields, "cpu", "memory")
+    operator_extra_links = (GPUProfileLink(),)
 
     def __init__(
         self,
@@ -99,9 +114,13 @@ class GPUKubernetesOperator(KubernetesPodOperator):
         node_label_scheme: str | Mapping[str, Any] | LabelScheme = "nvidia-gfd",
         mig_strategy: MigStrategy = "mixed",
         driver_version: str | None = None,
+        gpu_profile: bool | None = None,
+        profile_interval: float = 1.0,
         **kwargs: Any,
     ) -> None:
         self.candidates = parse_candidates(accelerator)
+        self.gpu_profile = profiled_by_default(self.candidates) if gpu_profile is None else bool(gpu_profile)
+        self.profile_interval = check_interval(profile_interval)
         if capacity is not None and capacity not in CAPACITIES:
             raise AcceleratorSpecError("capacity", capacity, "unknown capacity type", CAPACITIES)
         self.spot = spot if isinstance(spot, SpotPolicy) else SpotPolicy(**(spot or {}))
@@ -123,6 +142,9 @@ class GPUKubernetesOperator(KubernetesPodOperator):
         self._outcome: Classification | None = None
         self._logged_result: Any = None
         self._result_error: ResultError | None = None
+        self._output: WorkloadOutput | None = None  # what the ended pod's log held
+        self._unread: str | None = None  # why its log could not be read
+        self._nodes: dict[str, tuple[str | None, str | None]] = {}  # node -> (instance type, capacity type)
         self._dropped: k8s.V1Pod | None = None  # the pod KPO's _clean found gone
 
     @property
@@ -154,6 +176,9 @@ class GPUKubernetesOperator(KubernetesPodOperator):
         pod.metadata.name = self._pod_name(pod.metadata.name, context)
         notice_file = SPOT_NOTICE_PATH.format(pod=pod.metadata.name)
         env = {**self.spot_run.environment(), ENV_SPOT_NOTICE: notice_file}
+        if self.gpu_profile:
+            env |= profiler_environment(self.profile_interval, self.spot_run.capacity)
+            self._wrap(container)
         kept = [e for e in container.env or [] if e.name not in env]  # every variable once
         container.env = [*kept, *(k8s.V1EnvVar(name=k, value=v) for k, v in env.items())]
         if container.lifecycle is None:
@@ -169,6 +194,14 @@ class GPUKubernetesOperator(KubernetesPodOperator):
         state = json.dumps(self.spot_run.to_json())
         pod.metadata.annotations = {**(pod.metadata.annotations or {}), STATE_ANNOTATION: state}
         return pod
+
+    def _wrap(self, container: k8s.V1Container) -> None:
+        """The base container's command under the profiler; the image's own entrypoint cannot be wrapped."""
+        if not container.command:
+            self.log.warning("gpu_profile needs `cmds`: the image's own entrypoint cannot be wrapped; not profiling")
+            return
+        container.command = wrapped([*container.command, *(container.args or [])], self.profile_interval)
+        container.args = None
 
     def _pod_name(self, built: str, context: Context | None) -> str:
         """A mapped instance's pods carry its map index, in every process (deferrals included)."""
@@ -242,7 +275,8 @@ class GPUKubernetesOperator(KubernetesPodOperator):
         context: Context | None = None,
     ) -> None:
         """Classify the pod and read its result, then always let KPO clean up (no pod left behind)."""
-        self._outcome = self._logged_result = self._result_error = None
+        self._outcome = self._logged_result = self._result_error = self._output = None
+        self._unread = UNREAD
         try:  # only a pod that was created: a refused create (quota, webhook) stays KPO's error
             if not self._killed and self.pod is not None:
                 self._classify(remote_pod or self.pod)
@@ -256,11 +290,11 @@ class GPUKubernetesOperator(KubernetesPodOperator):
             self._outcome = classify_deleted_pod(last_seen, self._node_stays(pod.spec.node_name if pod.spec else None))
             return
         self._outcome = classify_pod(current)
-        if self._outcome.outcome is Outcome.SUCCEEDED and not self.do_xcom_push:
-            try:
-                self._logged_result = self._result_from_log(pod)
-            except ResultError as error:  # a bug in the workload: raised once the pod is cleaned up
-                self._result_error = error
+        if self._outcome.outcome is not Outcome.UNSCHEDULABLE and (self.gpu_profile or not self.do_xcom_push):
+            self._read_log(pod)
+        if self._outcome.outcome is Outcome.SUCCEEDED and not self.do_xcom_push and self._output is not None:
+            self._logged_result = self._output.result
+            self._result_error = self._output.result_error  # a bug in the workload: raised after cleanup
         if self._outcome.outcome is Outcome.UNSCHEDULABLE:
             self._delete_and_wait(pod)  # never leave a pending pod to start later
 
@@ -283,12 +317,42 @@ class GPUKubernetesOperator(KubernetesPodOperator):
         serialized: dict[str, Any] = to_dict(fresh)
         return serialized
 
-    def _result_from_log(self, pod: k8s.V1Pod) -> Any:
-        """The value of the last ``::airflow-gpu-result::`` line of the base container, if any."""
-        response = self.client.read_namespaced_pod_log(
-            pod.metadata.name, pod.metadata.namespace, container=self.base_container_name, _preload_content=False
-        )
-        return last_result(response.data.decode("utf-8", "replace").splitlines())[1]
+    def _read_log(self, pod: k8s.V1Pod) -> None:
+        """The result line and the GPU profile the base container printed."""
+        try:
+            response = self.client.read_namespaced_pod_log(
+                pod.metadata.name, pod.metadata.namespace, container=self.base_container_name, _preload_content=False
+            )
+        except ApiException as error:  # the pod's outcome stands without its log
+            self._unread = f"its log could not be read ({error.status} {error.reason})"
+            return
+        except Exception as error:  # a timeout or a dropped connection: the same
+            self._unread = f"its log could not be read ({type(error).__name__}: {error})"
+            return
+        self._output, self._unread = read_output(response.data.decode("utf-8", "replace").splitlines()), None
+
+    def _publish_profile(self, context: Context, pod_name: str | None, node: str | None) -> None:
+        if self.gpu_profile:
+            instance_type, capacity = self._node_facts(node)
+            publish_profile(
+                context, self._output, run=self.spot_run, accelerator=self.accelerator, workload=pod_name,
+                instance_type=instance_type, capacity=capacity, log=self.log, unread=self._unread,
+            )  # fmt: skip
+
+    def _node_facts(self, node: str | None) -> tuple[str | None, str | None]:
+        """The node's instance type and capacity type (its labels), for the cost: "spot-if-available"
+        does not say which the pod got. (None, None) when the node cannot be read."""
+        if not node:
+            return None, None
+        if node not in self._nodes:
+            try:
+                labels = self.client.read_node(node).metadata.labels or {}
+            except ApiException:  # 403 without `get nodes`, 404 once reclaimed: the estimate does without
+                self._nodes[node] = (None, None)
+            else:
+                kind = labels.get("node.kubernetes.io/instance-type") or labels.get("beta.kubernetes.io/instance-type")
+                self._nodes[node] = (kind, node_capacity_type(labels))
+        return self._nodes[node]
 
     def _delete_and_wait(self, pod: k8s.V1Pod) -> None:
         with contextlib.suppress(ApiException):
@@ -301,7 +365,7 @@ class GPUKubernetesOperator(KubernetesPodOperator):
         while True:
             if self._killed:  # on_kill between two pods: no new one
                 raise AirflowException("the task was killed; no new pod is submitted")
-            self._outcome = None
+            self._outcome, self._output, self._unread = None, None, UNREAD
             try:
                 result = super().execute_sync(context)
             except AirflowSkipException:  # skip_on_exit_code: KPO's answer stands
@@ -334,7 +398,8 @@ class GPUKubernetesOperator(KubernetesPodOperator):
             with contextlib.suppress(ApiException):
                 self._restore_from_pod(self.client.read_namespaced_pod(event["name"], event["namespace"]))
         self.spot_run.submitted(event["name"])
-        self._outcome = self._dropped = None
+        self._outcome = self._dropped = self._output = None
+        self._unread = UNREAD
         try:
             result = super().trigger_reentry(context, event)
         except AirflowSkipException:
@@ -365,6 +430,7 @@ class GPUKubernetesOperator(KubernetesPodOperator):
     def _succeed(self, context: Context, result: Any) -> Any:
         self.spot_run.finish(self._outcome or Classification(Outcome.SUCCEEDED, "Succeeded"))
         publish(context, self.spot_run, self._node())
+        self._publish_profile(context, self.spot_run.workload, self._node())
         if self._result_error is not None:
             raise bad_result(self._result_error) from self._result_error
         if self.do_xcom_push:
@@ -380,6 +446,7 @@ class GPUKubernetesOperator(KubernetesPodOperator):
         decision = self.spot_run.finish(result, location=node, identity=last.metadata.uid if last else None)
         log_interruptions(self.log, self.spot_run, decision, pod)
         publish(context, self.spot_run, node)
+        self._publish_profile(context, pod, node)
         if decision.action != "resubmit":
             detail = self._capacity_summary() if result.outcome is Outcome.UNSCHEDULABLE else ""
             fail(self.spot_run, decision, detail, error)

@@ -50,11 +50,16 @@ class AirflowStack:
         password: str = "admin",
         parallelism: int = 4,
         extra_env: dict[str, str] | None = None,
+        users: dict[str, str] | None = None,
     ) -> None:
+        """``users``: more simple-auth-manager users beside the admin, name -> role (``viewer``, ``user``,
+        ``op``, ``admin``), each with a generated password (``passwords``)."""
         self.home = home.resolve()
         self.dags_folder = dags_folder.resolve()
         self.port = port or free_port()
         self.username, self.password = "admin", password
+        self.roles = {self.username: "admin", **(users or {})}
+        self.passwords = {name: secrets.token_urlsafe(12) for name in self.roles} | {self.username: password}
         self.parallelism = parallelism
         self.extra_env = extra_env or {}
         self.processes: list[subprocess.Popen[bytes]] = []
@@ -79,7 +84,7 @@ class AirflowStack:
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{self.username}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{n}:{r}" for n, r in self.roles.items()),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
@@ -101,7 +106,7 @@ class AirflowStack:
 
     def start(self, timeout: float = 240) -> AirflowStack:
         self.home.mkdir(parents=True, exist_ok=True)
-        (self.home / "passwords.json").write_text(json.dumps({self.username: self.password}))
+        (self.home / "passwords.json").write_text(json.dumps(self.passwords))
         env = self.env
         migrate = subprocess.run(
             [str(Path(sys.executable).parent / "airflow"), "db", "migrate"], env=env, capture_output=True, timeout=600

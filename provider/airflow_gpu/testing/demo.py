@@ -6,8 +6,10 @@ real Airflow (api-server, scheduler, dag-processor, triggerer on SQLite) whose
 ``kubernetes_default`` and ``aws_default`` connections point at them, triggers ``gpu_fanout`` and
 ``gpu_batch_train`` through the REST API as the UI does, reclaims one shard's spot node and the
 training job's spot host while they run, shows the task states as they change, and prints each
-task's result and interruptions. It then keeps running for you to look
-around in the UI until Ctrl-C; with ``DEMO_ONCE=1`` it exits after the run, non-zero if it failed.
+task's result and interruptions. Then ``gpu_profile_showcase`` runs once on each backend (two
+profiled shards each) and the demo prints the GPU Profile report of each run beside the UI URL and
+the login. It then keeps running for you to look around in the UI until Ctrl-C; with
+``DEMO_ONCE=1`` it exits after the runs, non-zero if one failed.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 
 DAG_ID = "gpu_fanout"
 BATCH_DAG_ID = "gpu_batch_train"
+PROFILE_DAG_ID = "gpu_profile_showcase"
 PASSWORD = "airflow-gpu-demo"
 
 
@@ -109,6 +112,32 @@ def report(stack: AirflowStack, run_id: str, log: Any) -> None:
     log(f"  reduce   {json.dumps(stack.xcom(DAG_ID, run_id, 'reduce'))}")
 
 
+def run_showcase(stack: AirflowStack, log: Any) -> str:
+    """The profiling showcase on each backend at once; prints each run's report. The runs' state."""
+    from urllib.parse import quote
+
+    stack.wait_for_dag(PROFILE_DAG_ID)
+    runs = {
+        backend: stack.trigger(PROFILE_DAG_ID, {"backend": backend, "accelerator": accelerator, "gpus": 2})
+        for backend, accelerator in (("kubernetes", "L4"), ("batch", "A10G"))
+    }
+    log(f"\nTriggered {PROFILE_DAG_ID} on Kubernetes (2x L4 per shard) and AWS Batch (2x A10G per shard).")
+    states = [watch_run(stack, run_id, log, dag_id=PROFILE_DAG_ID) for run_id in runs.values()]
+    log("\nGPU profiles:")
+    for backend, run_id in runs.items():
+        task = f"shard_on_{backend}"
+        for index in (0, 1):
+            profile = stack.xcom(PROFILE_DAG_ID, run_id, task, "gpu_profile", index) or {}
+            advice = "; ".join(a["message"] for a in profile.get("advice") or []) or "none"
+            cost = profile.get("cost") or {}
+            log(
+                f"  {backend:<10} shard {index}: {len(profile.get('gpus') or [])} GPU(s), mean utilisation "
+                f"{profile.get('util_mean') or 0:.0f}%, about ${cost.get('usd', 0):.2f}; advice: {advice}"
+            )
+        log(f"  report: {stack.url}/gpu-profile/dags/{PROFILE_DAG_ID}/runs/{quote(run_id, safe='')}")
+    return "success" if all(s == "success" for s in states) else "failed"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--workdir", default=".demo", help="where the Airflow home and kubeconfig go")
@@ -164,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
             report(stack, run_id, log)
             report_batch(stack, batch_run, log)
             state = state if state != "success" else (batch_state or ["timed out"])[0]
+            profiled = run_showcase(stack, log)
+            state = state if state != "success" else profiled
             log(f"\nRuns {state}. Airflow UI: {stack.url}/dags  (login: admin / {PASSWORD})")
             if args.once:
                 return 0 if state == "success" else 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 RESULT_MARKER = "::airflow-gpu-result::"
@@ -29,3 +30,37 @@ def last_result(lines: Iterable[str]) -> tuple[bool, Any]:
         return True, json.loads(found[-1][len(RESULT_MARKER) :])
     except ValueError as error:
         raise ResultError(f"the workload printed a result that is not JSON: {found[-1]!r}") from error
+
+
+PROFILE_XCOM_KEY = "gpu_profile"
+
+
+@dataclass(frozen=True)
+class WorkloadOutput:
+    """What a finished workload left in its log for Airflow: the result line and the GPU profile.
+
+    ``profile_warning`` says why a profile the workload printed was not taken (cut, tampered
+    with, too big); it is None when none was printed or it was taken.
+    """
+
+    result_found: bool = False
+    result: Any = None
+    result_error: ResultError | None = None
+    profile: dict[str, Any] | None = None
+    profile_printed: bool = False
+    profile_warning: str | None = None
+
+
+def read_output(lines: Iterable[str]) -> WorkloadOutput:
+    """The result line and the profile marker of one workload's log, read by both operators alike."""
+    from airflow_gpu.profiling.marker import PROFILE_MARKER, read_profile
+
+    lines = list(lines)
+    try:
+        found, value = last_result(lines)
+        error = None
+    except ResultError as bad:
+        found, value, error = True, None, bad
+    printed = any(line.startswith(PROFILE_MARKER) for line in lines)
+    profile, warning = read_profile(lines) if printed else (None, None)
+    return WorkloadOutput(found, value, error, profile, printed, warning)
