@@ -82,7 +82,7 @@ def query(args: list[str], config: dict[str, Any]) -> int:
         if config.get("stop_after") and printed >= config["stop_after"]:
             print("Unable to determine the device handle for GPU0000:00:1E.0: Unknown Error", flush=True)
             return 15
-        time.sleep(int(loop.split("=", 1)[1]) / 1000)
+        time.sleep(int(loop.split("=", 1)[1]) / 1000)  # the workload's pacing: nvidia-smi -lms waits so long
 
 
 def topology(config: dict[str, Any]) -> int:
