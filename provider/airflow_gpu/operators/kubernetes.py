@@ -334,9 +334,12 @@ class GPUKubernetesOperator(KubernetesPodOperator):
     def _publish_profile(self, context: Context, pod_name: str | None, node: str | None) -> None:
         if self.gpu_profile:
             instance_type, capacity = self._node_facts(node)
+            output, unread = self._output, self._unread
+            if not self.cmds:  # see _wrap: the image's own entrypoint ran, unprofiled
+                output, unread = None, "the pod ran the image's own entrypoint (no `cmds`), which cannot be wrapped"
             publish_profile(
-                context, self._output, run=self.spot_run, accelerator=self.accelerator, workload=pod_name,
-                instance_type=instance_type, capacity=capacity, log=self.log, unread=self._unread,
+                context, output, run=self.spot_run, accelerator=self.accelerator, workload=pod_name,
+                instance_type=instance_type, capacity=capacity, log=self.log, unread=unread,
             )  # fmt: skip
 
     def _node_facts(self, node: str | None) -> tuple[str | None, str | None]:

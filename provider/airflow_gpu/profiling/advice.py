@@ -33,6 +33,7 @@ from airflow_gpu.accelerators import catalog
 from airflow_gpu.accelerators.catalog import AcceleratorType, MigProfile, Variant
 from airflow_gpu.accelerators.errors import AcceleratorSpecError
 from airflow_gpu.accelerators.spec import Accelerator
+from airflow_gpu.profiling.payload import finite_number
 
 Kind = Literal["smaller-gpu", "mig", "idle", "multi-gpu-unused", "memory-near-limit"]
 
@@ -84,15 +85,8 @@ class Advice:
 
 
 def _number(summary: Mapping[str, Any], name: str) -> float | None:
-    """The field as a finite float, else None (a huge int too: it has no float)."""
-    value = summary.get(name)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
+    """The field as a finite float, else None."""
+    return finite_number(summary.get(name))
 
 
 def _gpu(summary: Mapping[str, Any]) -> int:

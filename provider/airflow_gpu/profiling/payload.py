@@ -14,6 +14,7 @@ Pure: standard library and the marker's column names only.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +53,17 @@ class Cleaned:
     payload: dict[str, Any]
     problems: list[str] = field(default_factory=list)
     dropped_summaries: int = 0
+
+
+def finite_number(value: Any) -> float | None:
+    """A finite int or float as float, else None (a bool, text, or a huge int that has no float)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _bound(value: float) -> str:

@@ -29,7 +29,7 @@ from airflow_gpu.accelerators.spec import Accelerator
 from airflow_gpu.profiling import prices
 from airflow_gpu.profiling.advice import advise
 from airflow_gpu.profiling.payload import clean as clean_payload
-from airflow_gpu.profiling.payload import finite
+from airflow_gpu.profiling.payload import finite, finite_number
 
 Backend = Literal["kubernetes", "batch"]
 VERSION = 1
@@ -74,19 +74,8 @@ _CAPACITIES: dict[str, prices.Capacity] = {
 }
 
 
-def _number(value: Any) -> float | None:
-    """A finite int or float as float, else None (a huge int too: it has no float)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
-
-
 def _measured(summaries: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    return [s for s in summaries if (_number(s.get("samples")) or 0) > 0]
+    return [s for s in summaries if (finite_number(s.get("samples")) or 0) > 0]
 
 
 def find_instance(name: str) -> tuple[AcceleratorType, InstanceType] | None:
@@ -171,7 +160,7 @@ def estimate_cost(
         other = table.price(instance.name, "on-demand" if chosen == "spot" else "spot")
         hint = f"; its {other.capacity} price was ${other.usd_per_hour:g}/h on {other.date}" if other else ""
         return None, f"the price data has no {chosen} price for {instance.name} in {table.region}{hint}"
-    device_hours = sum(_number(s.get("seconds")) or 0.0 for s in measured) / 3600
+    device_hours = sum(finite_number(s.get("seconds")) or 0.0 for s in measured) / 3600
     profile = accelerator.mig_profile
     if profile is None and len(measured) > instance.accelerators:
         return None, f"{len(measured)} GPUs were measured but {instance.name} carries {instance.accelerators}"
@@ -199,7 +188,7 @@ def estimate_cost(
 
 
 def _duration(document: Mapping[str, Any], problems: list[str]) -> float | None:
-    started, ended = _number(document.get("started")), _number(document.get("ended"))
+    started, ended = finite_number(document.get("started")), finite_number(document.get("ended"))
     if started is None or ended is None:
         return None
     if ended < started:
@@ -242,8 +231,8 @@ def build_profile(
     measured = _measured(summaries)
     empty = payload is None or not measured
     duration = _duration(document, problems)
-    energy = [e for s in measured if (e := _number(s.get("energy_wh"))) is not None]
-    utils = [u for s in measured if (u := _number(s.get("util_mean"))) is not None]
+    energy = [e for s in measured if (e := finite_number(s.get("energy_wh"))) is not None]
+    utils = [u for s in measured if (u := finite_number(s.get("util_mean"))) is not None]
     cost, cost_note = estimate_cost(
         accelerator, summaries, backend=backend, instance_type=instance_type, capacity=capacity
     )
@@ -257,7 +246,7 @@ def build_profile(
             "instance_type": instance_type,
             "interruptions": interruptions,
             "duration_s": duration,
-            "gpu_hours": round(sum(_number(s.get("seconds")) or 0.0 for s in measured) / 3600, 6),
+            "gpu_hours": round(sum(finite_number(s.get("seconds")) or 0.0 for s in measured) / 3600, 6),
             "energy_wh": round(sum(energy), 3) if energy else None,
             "util_mean": round(sum(utils) / len(utils), 2) if utils else None,
             "cost": cost.to_json() if cost else None,
