@@ -378,3 +378,29 @@ def test_a_profile_that_cannot_be_built_is_a_note_in_an_empty_one(capsys: pytest
     assert (got["source"], got["exit_code"], got["spot_notice"]) == ("none", 3, None)
     assert got["note"] == "the profile could not be built: RuntimeError: the readings are gone"
     assert exit_code(-15) == 143 and exit_code(0) == 0
+
+
+def test_a_driver_that_hangs_does_not_keep_the_container_running(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A GPU off the bus: ``nvmlInit`` never returns (a fake ``pynvml`` whose init blocks). The
+    command's end still ends the entrypoint, with its exit code, once the start budget is spent."""
+    import threading
+    import types
+
+    from airflow_gpu.profiling import entrypoint
+
+    never = threading.Event()
+    hung = types.ModuleType("pynvml")
+    hung.nvmlInit = lambda: never.wait()  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "pynvml", hung)
+    monkeypatch.setattr(entrypoint, "START_BUDGET_SECONDS", 0.5)
+    monkeypatch.setenv("AIRFLOW_GPU_PROFILER", "nvml")
+    monkeypatch.setenv("AIRFLOW_GPU_IMDS", "off")
+    try:
+        code = entrypoint.main(["sh", "-c", "exit 3"], interval=0.05)
+    finally:
+        never.set()
+    assert code == 3
+    got = profile(capsys.readouterr().out)
+    assert got["exit_code"] == 3 and "did not start within 0.5 s" in (got["note"] or "")

@@ -40,6 +40,10 @@ PROG = "airflow-gpu-profile"
 FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 #: How long a signalled command's other processes may take to end before the profile is printed.
 GROUP_GRACE_SECONDS = 10.0
+#: How long the samplers may still take to start once the command has ended (NVML can hang).
+START_BUDGET_SECONDS = 10.0
+#: From the command's end to the profile printed: past this, exit with its code, without a profile.
+EXIT_BUDGET_SECONDS = 30.0
 IMDS_ENDPOINT = "http://169.254.169.254"  # botocore's default for AWS_EC2_METADATA_SERVICE_ENDPOINT
 IMDS_POLL_SECONDS = 5.0  # AWS gives two minutes' notice; polling every 5 s is what it recommends
 IMDS_TIMEOUT_SECONDS = 1.0
@@ -409,9 +413,24 @@ def main(argv: Sequence[str] | None = None, *, interval: float | None = None) ->
             )  # fmt: skip
             return code
         forwarder.attach(child)
-        sampler, watcher = _start_profiling(env, seconds, notes)
+        # Started beside the child: NVML or nvidia-smi can hang on a GPU that fell off the bus, and
+        # the command's end must still end the container.
+        started_parts: list[tuple[Sampler | None, SpotWatcher | None]] = []
+        starter = threading.Thread(
+            target=lambda: started_parts.append(_start_profiling(env, seconds, notes)),
+            name="airflow-gpu-profiler-start", daemon=True,
+        )  # fmt: skip
+        starter.start()
         code = exit_code(child.wait())
         ended = time.time()
+        starter.join(START_BUDGET_SECONDS)
+        sampler, watcher = started_parts[0] if started_parts else (None, None)
+        if not started_parts:
+            notes.append(f"the GPU samplers did not start within {START_BUDGET_SECONDS:g} s (a hung driver?)")
+        # Whatever hangs from here on (a sampler that will not stop), the command's exit code is kept.
+        watchdog = threading.Timer(EXIT_BUDGET_SECONDS, os._exit, args=(code,))
+        watchdog.daemon = True
+        watchdog.start()
         _stop_profiling(sampler, watcher, notes)
         if forwarder.seen and not wait_for_group(child.pid, GROUP_GRACE_SECONDS):
             notes.append(f"processes of the command still ran {GROUP_GRACE_SECONDS:g} s after it was signalled")
@@ -419,6 +438,7 @@ def main(argv: Sequence[str] | None = None, *, interval: float | None = None) ->
             sampler, notes, interval=seconds, started=started, ended=ended, code=code, signals=forwarder.seen,
             spot_notice=watcher.notice if watcher is not None else None,
         )  # fmt: skip
+        watchdog.cancel()
         return code
     finally:
         forwarder.restore()
