@@ -96,3 +96,15 @@ def test_a_worker_builds_the_link_without_the_api_servers_modules() -> None:
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
     assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+
+
+def test_a_task_that_is_not_profiled_gets_no_link(base_url: str) -> None:
+    """``gpu_profile=False`` (or an accelerator without NVML): no link to a page that can only be empty."""
+    from airflow_gpu.operators.kubernetes import GPUKubernetesOperator
+
+    key = TaskInstanceKey(dag_id="d", task_id="t", run_id="r", try_number=1, map_index=-1)
+    plain = GPUKubernetesOperator(task_id="t", name="t", accelerator="L4", cmds=["x"], gpu_profile=False)
+    amd = GPUKubernetesOperator(task_id="t", name="t", accelerator="MI300X", cmds=["x"])
+    profiled = GPUKubernetesOperator(task_id="t", name="t", accelerator="L4", cmds=["x"])
+    assert GPUProfileLink().get_link(plain, ti_key=key) == GPUProfileLink().get_link(amd, ti_key=key) == ""
+    assert GPUProfileLink().get_link(profiled, ti_key=key).startswith(base_url)

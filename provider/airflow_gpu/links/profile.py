@@ -28,6 +28,8 @@ class GPUProfileLink(BaseOperatorLink):
     name = "GPU Profile"
 
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
+        if getattr(operator, "gpu_profile", True) is False:  # not profiled: no link to an empty page
+            return ""
         base_url = conf.get("api", "base_url", fallback=None) or DEFAULT_BASE_URL
         # The task runner passes its RuntimeTaskInstance as ti_key, whose map_index may be None.
         map_index = -1 if ti_key.map_index is None else ti_key.map_index
