@@ -4,6 +4,7 @@ field the board does not report) and hand-made series whose answers are known.""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 
 from airflow_gpu.profiling import nvidia_smi
 from airflow_gpu.profiling.samples import DCGM_NAMES, Sample, downsample
-from airflow_gpu.profiling.summary import gpu_hours, percentile, summarise, summarise_gpu
+from airflow_gpu.profiling.summary import SampleStore, gpu_hours, percentile, summarise, summarise_gpu
 
 # Two A100s, then a MIG-enabled one whose utilisation NVML cannot report, then a warning line.
 A100_80 = "NVIDIA A100-SXM4-80GB"
@@ -87,3 +88,62 @@ def test_downsampling_bounds_the_series_and_keeps_the_memory_peak(utils: list[fl
         assert max(s.fb_used or 0 for s in mine) == max(s.fb_used or 0 for s in samples if s.gpu == gpu)
         assert [s.time for s in mine] == sorted(s.time for s in mine)
     assert all(Sample.from_json(s.to_json()) == s for s in small)
+
+
+def _reference(series: list[Sample]) -> dict[str, float | None]:
+    """The summary computed the plain way, from the whole list, to hold the running one to."""
+    util = [s.gpu_util for s in series if s.gpu_util is not None]
+    power = [(s.time, s.power_usage) for s in series if s.power_usage is not None]
+    counter = [s.total_energy_consumption for s in series if s.total_energy_consumption is not None]
+    if len(counter) >= 2 and counter[-1] >= counter[0]:
+        energy: float | None = (counter[-1] - counter[0]) / 3_600_000
+    elif len(power) >= 2:
+        energy = sum((b[0] - a[0]) * (a[1] + b[1]) / 2 for a, b in itertools.pairwise(power)) / 3600
+    else:
+        energy = None
+    return {
+        "util_mean": sum(util) / len(util) if util else None,
+        "util_p95": percentile(util, 0.95) if util else None,
+        "idle_fraction": sum(u <= 5 for u in util) / len(util) if util else None,
+        "power_peak": max((p for _, p in power), default=None),
+        "energy_wh": energy,
+    }
+
+
+readings = st.lists(
+    st.tuples(
+        st.one_of(st.none(), st.integers(0, 100).map(float)),
+        st.one_of(st.none(), st.floats(10, 700)),
+        st.one_of(st.none(), st.integers(0, 10**9).map(float)),
+    ),
+    min_size=1,
+    max_size=300,
+)
+
+
+@given(readings, st.integers(1, 20))
+def test_the_bounded_store_summarises_every_sample_exactly(values: list[tuple[float | None, ...]], keep: int) -> None:
+    """A day of samples must not all be kept: the store compacts its series to ``2 * keep`` points,
+    yet its summary is the one the whole list gives."""
+    series = [
+        Sample(time=float(i), gpu=0, uuid="GPU-0", name="A10G", gpu_util=u, power_usage=p, total_energy_consumption=e)
+        for i, (u, p, e) in enumerate(values)
+    ]
+    store = SampleStore(keep=keep)
+    for sample in series:
+        store.add(sample)
+    [got] = store.summaries()
+    expected = _reference(series)
+    for name, value in expected.items():
+        assert getattr(got, name) == pytest.approx(value), name
+    assert got.samples == store.taken == len(series) and got.seconds == len(series) - 1
+    assert len(store.samples()) <= 2 * keep
+
+
+def test_a_long_run_keeps_a_bounded_series() -> None:
+    store = SampleStore(keep=100)
+    for i in range(20_000):
+        for gpu in (0, 1):
+            store.add(Sample(time=float(i), gpu=gpu, uuid=f"GPU-{gpu}", name="H100", gpu_util=float(i % 101)))
+    assert store.taken == 40_000 and len(store.samples()) <= 400
+    assert [s.samples for s in store.summaries()] == [20_000, 20_000]

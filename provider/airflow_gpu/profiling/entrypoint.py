@@ -33,7 +33,7 @@ from airflow_gpu.profiling import marker
 from airflow_gpu.profiling.nvidia_smi import NvidiaSmiSampler
 from airflow_gpu.profiling.nvml import NvmlSampler
 from airflow_gpu.profiling.samples import Sample
-from airflow_gpu.profiling.summary import summarise
+from airflow_gpu.profiling.summary import GpuSummary
 
 PROG = "airflow-gpu-profile"
 #: Signals passed on to the child: the ones a container runtime, a shell or an operator sends.
@@ -60,6 +60,11 @@ class Sampler(Protocol):
     def start(self) -> bool: ...
 
     def stop(self) -> None: ...
+
+    def summaries(self) -> list[GpuSummary]: ...
+
+    @property
+    def taken(self) -> int: ...
 
     def samples(self) -> list[Sample]: ...
 
@@ -315,8 +320,8 @@ def payload(
         "cuda": info.get("cuda"),
         "gpus": info.get("gpus") or [],
         "topology": info.get("topology"),
-        "summary": [s.to_json() for s in summarise(samples)],
-        "samples_taken": len(samples),
+        "summary": [s.to_json() for s in sampler.summaries()] if sampler is not None else [],
+        "samples_taken": sampler.taken if sampler is not None else 0,
     }, samples
 
 

@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_gpu.profiling.samples import Sample
+from airflow_gpu.profiling.summary import GpuSummary, SampleStore
 
 #: Query fields, in the order of ``Sample``'s (see ``nvidia-smi --help-query-gpu``).
 QUERY = (
@@ -154,7 +155,7 @@ class NvidiaSmiSampler:
         self.note: str | None = None
         self._path: str | None = None
         self._info: dict[str, Any] = {"driver": None, "cuda": None, "gpus": [], "topology": None}
-        self._samples: list[Sample] = []
+        self._store = SampleStore()  # bounded: running summaries and a compacted series
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._process: subprocess.Popen[str] | None = None
@@ -209,7 +210,8 @@ class NvidiaSmiSampler:
             taken = list(parse([line]))
             if taken:
                 with self._lock:
-                    self._samples.extend(taken)
+                    for sample in taken:
+                        self._store.add(sample)
             elif line.strip():
                 self._last_other = line.strip()
         if not self._stopping.is_set():
@@ -240,11 +242,22 @@ class NvidiaSmiSampler:
             return
         if code == 0:
             with self._lock:
-                self._samples.extend(parse(output.splitlines()))
+                for sample in parse(output.splitlines()):
+                    self._store.add(sample)
 
     def samples(self) -> list[Sample]:
+        """The kept series (compacted past ``SampleStore.keep`` points per GPU)."""
         with self._lock:
-            return list(self._samples)
+            return self._store.samples()
+
+    def summaries(self) -> list[GpuSummary]:
+        """Per GPU, from every sample taken."""
+        with self._lock:
+            return self._store.summaries()
+
+    @property
+    def taken(self) -> int:
+        return self._store.taken
 
     def devices(self) -> dict[str, Any]:
         """``driver``, ``cuda``, ``gpus`` and ``topology``, as the payload carries them."""

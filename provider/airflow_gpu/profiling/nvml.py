@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from airflow_gpu.profiling.samples import Sample
+from airflow_gpu.profiling.summary import GpuSummary, SampleStore
 
 MIB = 1024 * 1024
 #: ``nvmlDeviceGetTopologyCommonAncestor`` levels as ``nvidia-smi topo -m`` labels them.
@@ -62,7 +63,7 @@ class NvmlSampler:
         self._gpus: list[dict[str, Any]] = []
         self._info: dict[str, Any] = {"driver": None, "cuda": None, "gpus": [], "topology": None}
         self._unsupported: set[tuple[int, str]] = set()
-        self._samples: list[Sample] = []
+        self._store = SampleStore()  # bounded: running summaries and a compacted series
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -145,8 +146,18 @@ class NvmlSampler:
             self._call("nvmlShutdown")
 
     def samples(self) -> list[Sample]:
+        """The kept series (compacted past ``SampleStore.keep`` points per GPU)."""
         with self._lock:
-            return list(self._samples)
+            return self._store.samples()
+
+    def summaries(self) -> list[GpuSummary]:
+        """Per GPU, from every sample taken."""
+        with self._lock:
+            return self._store.summaries()
+
+    @property
+    def taken(self) -> int:
+        return self._store.taken
 
     def devices(self) -> dict[str, Any]:
         """``driver``, ``cuda``, ``gpus`` and ``topology``, as the payload carries them."""
@@ -174,7 +185,8 @@ class NvmlSampler:
             self.note = f"NVML: a reading failed ({type(error).__name__}: {error})"
             return
         with self._lock:
-            self._samples.extend(taken)
+            for sample in taken:
+                self._store.add(sample)
 
     def _read(self, index: int, handle: Any, now: float) -> Sample:
         nvml, gpu = self._nvml, self._gpus[index]

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from itertools import groupby
 from typing import Any
 
-from airflow_gpu.profiling.samples import Sample
+from airflow_gpu.profiling.samples import Sample, downsample
 
 #: Utilisation at or below this (percent) counts as idle.
 IDLE_UTIL = 5.0
@@ -47,47 +47,103 @@ def percentile(values: Sequence[float], fraction: float) -> float:
     return ordered[rank - 1]
 
 
-def _present(samples: Sequence[Sample], name: str) -> list[float]:
-    return [v for s in samples if (v := getattr(s, name)) is not None]
+class Running:
+    """One GPU's summary, kept up to date sample by sample in constant memory.
 
+    A job that runs for days takes millions of samples; the summary must not need them all. Every
+    figure is exact: sums and counts, peaks, the first and last energy-counter readings, power
+    integrated as it comes (trapezoids between consecutive readings), and the utilisation values
+    counted by value for the nearest-rank p95 (a GPU reports whole percent: at most 101 values).
+    Samples must be added in time order.
+    """
 
-def _energy(series: Sequence[Sample]) -> tuple[float | None, str | None]:
-    counter = [(s.time, s.total_energy_consumption) for s in series if s.total_energy_consumption is not None]
-    if len(counter) >= 2 and counter[-1][1] >= counter[0][1]:
-        return (counter[-1][1] - counter[0][1]) / 3_600_000, "counter"  # mJ -> Wh
-    power = [(s.time, s.power_usage) for s in series if s.power_usage is not None]
-    if len(power) >= 2:
-        # Trapezoids between consecutive readings (indices, not itertools.pairwise: Python 3.8 runs this).
-        joules = sum(
-            (power[i][0] - power[i - 1][0]) * (power[i][1] + power[i - 1][1]) / 2 for i in range(1, len(power))
+    def __init__(self, first: Sample) -> None:
+        self.gpu, self.uuid, self.name = first.gpu, first.uuid, first.name
+        self.samples = 0
+        self.start = self.end = first.time
+        self.util_n, self.util_sum, self.idle = 0, 0.0, 0
+        self.util_counts: dict[float, int] = {}
+        self.fb_peak: float | None = None
+        self.fb_total: float | None = None
+        self.power_n, self.power_sum, self.joules = 0, 0.0, 0.0
+        self.power_peak: float | None = None
+        self.last_power: tuple[float, float] | None = None
+        self.counter_n = 0
+        self.first_counter: float | None = None
+        self.last_counter: float | None = None
+
+    def add(self, sample: Sample) -> None:
+        self.samples += 1
+        self.end = sample.time
+        util, used, total, power = sample.gpu_util, sample.fb_used, sample.fb_total, sample.power_usage
+        if util is not None:
+            self.util_n += 1
+            self.util_sum += util
+            self.util_counts[util] = self.util_counts.get(util, 0) + 1
+            self.idle += util <= IDLE_UTIL
+        if used is not None:
+            self.fb_peak = used if self.fb_peak is None else max(self.fb_peak, used)
+        if total is not None:
+            self.fb_total = total if self.fb_total is None else max(self.fb_total, total)
+        if power is not None:
+            self.power_n += 1
+            self.power_sum += power
+            self.power_peak = power if self.power_peak is None else max(self.power_peak, power)
+            if self.last_power is not None:
+                self.joules += (sample.time - self.last_power[0]) * (power + self.last_power[1]) / 2
+            self.last_power = (sample.time, power)
+        if sample.total_energy_consumption is not None:
+            self.counter_n += 1
+            if self.first_counter is None:
+                self.first_counter = sample.total_energy_consumption
+            self.last_counter = sample.total_energy_consumption
+
+    def p95(self) -> float | None:
+        if not self.util_n:
+            return None
+        rank, seen = max(1, math.ceil(0.95 * self.util_n)), 0
+        for value in sorted(self.util_counts):
+            seen += self.util_counts[value]
+            if seen >= rank:
+                return value
+        return None  # unreachable: the counts add up to util_n
+
+    def energy(self) -> tuple[float | None, str | None]:
+        """From the GPU's own counter where it has one (it only rises), else power integrated over time."""
+        first, last = self.first_counter, self.last_counter
+        if self.counter_n >= 2 and first is not None and last is not None and last >= first:
+            return (last - first) / 3_600_000, "counter"  # mJ -> Wh
+        if self.power_n >= 2:
+            return self.joules / 3600, "integrated power"
+        return None, None
+
+    def summary(self) -> GpuSummary:
+        energy, source = self.energy()
+        return GpuSummary(
+            gpu=self.gpu,
+            uuid=self.uuid,
+            name=self.name,
+            samples=self.samples,
+            seconds=self.end - self.start,
+            util_mean=self.util_sum / self.util_n if self.util_n else None,
+            util_p95=self.p95(),
+            fb_peak=self.fb_peak,
+            fb_total=self.fb_total,
+            power_mean=self.power_sum / self.power_n if self.power_n else None,
+            power_peak=self.power_peak,
+            energy_wh=energy,
+            energy_source=source,
+            idle_fraction=self.idle / self.util_n if self.util_n else None,
         )
-        return joules / 3600, "integrated power"
-    return None, None
 
 
 def summarise_gpu(series: Sequence[Sample]) -> GpuSummary:
     """One GPU's samples (any order) as its summary."""
-    series = sorted(series, key=lambda s: s.time)
-    first = series[0]
-    util, used, power = _present(series, "gpu_util"), _present(series, "fb_used"), _present(series, "power_usage")
-    totals = _present(series, "fb_total")
-    energy, source = _energy(series)
-    return GpuSummary(
-        gpu=first.gpu,
-        uuid=first.uuid,
-        name=first.name,
-        samples=len(series),
-        seconds=series[-1].time - first.time,
-        util_mean=sum(util) / len(util) if util else None,
-        util_p95=percentile(util, 0.95) if util else None,
-        fb_peak=max(used) if used else None,
-        fb_total=max(totals) if totals else None,
-        power_mean=sum(power) / len(power) if power else None,
-        power_peak=max(power) if power else None,
-        energy_wh=energy,
-        energy_source=source,
-        idle_fraction=sum(1 for u in util if u <= IDLE_UTIL) / len(util) if util else None,
-    )
+    ordered = sorted(series, key=lambda s: s.time)
+    running = Running(ordered[0])
+    for sample in ordered:
+        running.add(sample)
+    return running.summary()
 
 
 def summarise(samples: Sequence[Sample]) -> list[GpuSummary]:
@@ -99,3 +155,34 @@ def summarise(samples: Sequence[Sample]) -> list[GpuSummary]:
 def gpu_hours(summaries: Sequence[GpuSummary]) -> float:
     """GPU-hours: each GPU's sampled span, added up."""
     return sum(s.seconds for s in summaries) / 3600
+
+
+class SampleStore:
+    """What a sampler keeps: per GPU, the running summary of every sample and a series compacted
+    to at most ``2 * keep`` points (consecutive samples averaged, ``downsample``), so that memory
+    stays flat however long the job runs. Samples of one GPU must come in time order."""
+
+    def __init__(self, keep: int = 2048) -> None:
+        self.keep = keep
+        self.taken = 0
+        self._running: dict[int, Running] = {}
+        self._series: dict[int, list[Sample]] = {}
+
+    def add(self, sample: Sample) -> None:
+        self.taken += 1
+        running = self._running.get(sample.gpu)
+        if running is None:
+            running = self._running[sample.gpu] = Running(sample)
+        running.add(sample)
+        series = self._series.setdefault(sample.gpu, [])
+        series.append(sample)
+        if len(series) > 2 * self.keep:
+            self._series[sample.gpu] = downsample(series, self.keep)
+
+    def samples(self) -> list[Sample]:
+        """The kept series, every GPU's."""
+        return [sample for gpu in sorted(self._series) for sample in self._series[gpu]]
+
+    def summaries(self) -> list[GpuSummary]:
+        """Per GPU (by index), from every sample taken."""
+        return [self._running[gpu].summary() for gpu in sorted(self._running)]
