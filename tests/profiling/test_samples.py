@@ -130,8 +130,7 @@ def test_the_bounded_store_summarises_every_sample_exactly(values: list[tuple[fl
         for i, (u, p, e) in enumerate(values)
     ]
     store = SampleStore(keep=keep)
-    for sample in series:
-        store.add(sample)
+    store.add_all(series)
     [got] = store.summaries()
     expected = _reference(series)
     for name, value in expected.items():
@@ -144,6 +143,6 @@ def test_a_long_run_keeps_a_bounded_series() -> None:
     store = SampleStore(keep=100)
     for i in range(20_000):
         for gpu in (0, 1):
-            store.add(Sample(time=float(i), gpu=gpu, uuid=f"GPU-{gpu}", name="H100", gpu_util=float(i % 101)))
+            store.add_all([Sample(time=float(i), gpu=gpu, uuid=f"GPU-{gpu}", name="H100", gpu_util=float(i % 101))])
     assert store.taken == 40_000 and len(store.samples()) <= 400
     assert [s.samples for s in store.summaries()] == [20_000, 20_000]

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_gpu.profiling.samples import Sample
-from airflow_gpu.profiling.summary import GpuSummary, SampleStore
+from airflow_gpu.profiling.summary import KeepsSamples, SampleStore
 
 #: Query fields, in the order of ``Sample``'s (see ``nvidia-smi --help-query-gpu``).
 QUERY = (
@@ -137,7 +137,7 @@ def parse_topology(output: str) -> dict[str, Any] | None:
 # --- the sampler ------------------------------------------------------------------------------
 
 
-class NvidiaSmiSampler:
+class NvidiaSmiSampler(KeepsSamples):
     """``nvidia-smi --query-gpu ... -lms`` as a child process whose lines are the samples.
 
     The child runs in its own session (a Ctrl-C meant for the workload does not end the sampling
@@ -156,7 +156,6 @@ class NvidiaSmiSampler:
         self._path: str | None = None
         self._info: dict[str, Any] = {"driver": None, "cuda": None, "gpus": [], "topology": None}
         self._store = SampleStore()  # bounded: running summaries and a compacted series
-        self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._process: subprocess.Popen[str] | None = None
         self._reader: threading.Thread | None = None
@@ -209,9 +208,7 @@ class NvidiaSmiSampler:
         for line in process.stdout:
             taken = list(parse([line]))
             if taken:
-                with self._lock:
-                    for sample in taken:
-                        self._store.add(sample)
+                self._store.add_all(taken)
             elif line.strip():
                 self._last_other = line.strip()
         if not self._stopping.is_set():
@@ -241,23 +238,7 @@ class NvidiaSmiSampler:
         except (OSError, subprocess.SubprocessError):
             return
         if code == 0:
-            with self._lock:
-                for sample in parse(output.splitlines()):
-                    self._store.add(sample)
-
-    def samples(self) -> list[Sample]:
-        """The kept series (compacted past ``SampleStore.keep`` points per GPU)."""
-        with self._lock:
-            return self._store.samples()
-
-    def summaries(self) -> list[GpuSummary]:
-        """Per GPU, from every sample taken."""
-        with self._lock:
-            return self._store.summaries()
-
-    @property
-    def taken(self) -> int:
-        return self._store.taken
+            self._store.add_all(parse(output.splitlines()))
 
     def devices(self) -> dict[str, Any]:
         """``driver``, ``cuda``, ``gpus`` and ``topology``, as the payload carries them."""

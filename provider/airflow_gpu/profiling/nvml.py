@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from airflow_gpu.profiling.samples import Sample
-from airflow_gpu.profiling.summary import GpuSummary, SampleStore
+from airflow_gpu.profiling.summary import KeepsSamples, SampleStore
 
 MIB = 1024 * 1024
 #: ``nvmlDeviceGetTopologyCommonAncestor`` levels as ``nvidia-smi topo -m`` labels them.
@@ -48,7 +48,7 @@ def cuda_version(value: int) -> str:
     return f"{value // 1000}.{value % 1000 // 10}"
 
 
-class NvmlSampler:
+class NvmlSampler(KeepsSamples):
     """Reads every GPU NVML sees each ``interval`` seconds, from ``start()`` to ``stop()``."""
 
     source = "nvml"
@@ -64,7 +64,6 @@ class NvmlSampler:
         self._info: dict[str, Any] = {"driver": None, "cuda": None, "gpus": [], "topology": None}
         self._unsupported: set[tuple[int, str]] = set()
         self._store = SampleStore()  # bounded: running summaries and a compacted series
-        self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._initialised = False
@@ -145,20 +144,6 @@ class NvmlSampler:
             self._initialised = False
             self._call("nvmlShutdown")
 
-    def samples(self) -> list[Sample]:
-        """The kept series (compacted past ``SampleStore.keep`` points per GPU)."""
-        with self._lock:
-            return self._store.samples()
-
-    def summaries(self) -> list[GpuSummary]:
-        """Per GPU, from every sample taken."""
-        with self._lock:
-            return self._store.summaries()
-
-    @property
-    def taken(self) -> int:
-        return self._store.taken
-
     def devices(self) -> dict[str, Any]:
         """``driver``, ``cuda``, ``gpus`` and ``topology``, as the payload carries them."""
         return dict(self._info)
@@ -184,9 +169,7 @@ class NvmlSampler:
         except Exception as error:  # never let the thread die: the run goes on without this reading
             self.note = f"NVML: a reading failed ({type(error).__name__}: {error})"
             return
-        with self._lock:
-            for sample in taken:
-                self._store.add(sample)
+        self._store.add_all(taken)
 
     def _read(self, index: int, handle: Any, now: float) -> Sample:
         nvml, gpu = self._nvml, self._gpus[index]

@@ -8,7 +8,8 @@ integrated over time (trapezoids), which misses what happens between two samples
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from itertools import groupby
 from typing import Any
@@ -160,15 +161,22 @@ def gpu_hours(summaries: Sequence[GpuSummary]) -> float:
 class SampleStore:
     """What a sampler keeps: per GPU, the running summary of every sample and a series compacted
     to at most ``2 * keep`` points (consecutive samples averaged, ``downsample``), so that memory
-    stays flat however long the job runs. Samples of one GPU must come in time order."""
+    stays flat however long the job runs. Samples of one GPU must come in time order. The sampling
+    thread adds while the entrypoint may read: every method holds the store's lock."""
 
     def __init__(self, keep: int = 2048) -> None:
         self.keep = keep
         self.taken = 0
         self._running: dict[int, Running] = {}
         self._series: dict[int, list[Sample]] = {}
+        self._lock = threading.Lock()
 
-    def add(self, sample: Sample) -> None:
+    def add_all(self, samples: Iterable[Sample]) -> None:
+        with self._lock:
+            for sample in samples:
+                self._add(sample)
+
+    def _add(self, sample: Sample) -> None:
         self.taken += 1
         running = self._running.get(sample.gpu)
         if running is None:
@@ -181,8 +189,28 @@ class SampleStore:
 
     def samples(self) -> list[Sample]:
         """The kept series, every GPU's."""
-        return [sample for gpu in sorted(self._series) for sample in self._series[gpu]]
+        with self._lock:
+            return [sample for gpu in sorted(self._series) for sample in self._series[gpu]]
 
     def summaries(self) -> list[GpuSummary]:
         """Per GPU (by index), from every sample taken."""
-        return [self._running[gpu].summary() for gpu in sorted(self._running)]
+        with self._lock:
+            return [self._running[gpu].summary() for gpu in sorted(self._running)]
+
+
+class KeepsSamples:
+    """What both samplers give the entrypoint from their ``SampleStore``."""
+
+    _store: SampleStore
+
+    def samples(self) -> list[Sample]:
+        """The kept series (compacted past ``SampleStore.keep`` points per GPU)."""
+        return self._store.samples()
+
+    def summaries(self) -> list[GpuSummary]:
+        """Per GPU, from every sample taken."""
+        return self._store.summaries()
+
+    @property
+    def taken(self) -> int:
+        return self._store.taken
