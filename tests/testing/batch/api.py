@@ -44,6 +44,15 @@ def describe(batch: Any, job_id: str) -> dict[str, Any]:
     return job
 
 
+def launched(batch: Any, node_id: str, status: str = "RUNNING") -> dict[str, Any]:
+    """An MNP node (``<jobId>#<n>``) once it has ``status``: DescribeJobs knows a node only once launched."""
+    return wait_for(
+        lambda: [job for job in batch.describe_jobs(jobs=[node_id])["jobs"] if job["status"] == status],
+        60,
+        f"{node_id} {status}",
+    )[0]
+
+
 def final(batch: Any, job_id: str, timeout: float = 60) -> dict[str, Any]:
     return wait_for(
         lambda: (job := describe(batch, job_id))["status"] in ("SUCCEEDED", "FAILED") and job,
@@ -66,3 +75,36 @@ def logged(emulator: BatchEmulator, stream: str, count: int, group: str = DEFAUL
     return wait_for(
         lambda: len(lines := log_lines(emulator, stream, group)) >= count and lines, 15, f"{count} lines in {stream}"
     )
+
+
+def node_container(command: list[str], environment: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
+    """A node range's ``container``: what every node group of an MNP job definition needs (image, vCPU, memory)."""
+    return {
+        "image": "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime",
+        "command": command,
+        "environment": [{"name": k, "value": v} for k, v in (environment or {}).items()],
+        "resourceRequirements": [{"type": "VCPU", "value": "2"}, {"type": "MEMORY", "value": "4096"}],
+        **extra,
+    }
+
+
+def register_multinode(
+    batch: Any,
+    name: str,
+    ranges: dict[str, dict[str, Any]],
+    num_nodes: int = 2,
+    main_node: int = 0,
+    retry: dict[str, Any] | None = None,
+) -> str:
+    """A ``multinode`` job definition: ``ranges`` maps each ``targetNodes`` to its container."""
+    answer = batch.register_job_definition(
+        jobDefinitionName=name,
+        type="multinode",
+        nodeProperties={
+            "numNodes": num_nodes,
+            "mainNode": main_node,
+            "nodeRangeProperties": [{"targetNodes": t, "container": c} for t, c in ranges.items()],
+        },
+        **({"retryStrategy": retry} if retry else {}),
+    )
+    return str(answer["jobDefinitionArn"])

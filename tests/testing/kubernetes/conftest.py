@@ -21,6 +21,12 @@ def core(kubernetes_emulator: KubernetesEmulator) -> client.CoreV1Api:
     return client.CoreV1Api(api_client)
 
 
+@pytest.fixture
+def batch(core: client.CoreV1Api) -> client.BatchV1Api:
+    """``batch/v1`` through the same unmodified client."""
+    return client.BatchV1Api(core.api_client)
+
+
 def wait_for(probe: Callable[[], T | None], timeout: float = 20.0) -> T:
     """Poll ``probe`` until it returns something truthy (tests never sleep a fixed time)."""
     return polling.wait_for(probe, timeout)

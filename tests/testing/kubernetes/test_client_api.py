@@ -215,7 +215,7 @@ def test_services_jobs_and_namespaces(core: client.CoreV1Api, kubernetes_emulato
     created = batch.create_namespaced_job("team-a", job)
     assert created.metadata.uid
     assert [j.metadata.name for j in batch.list_namespaced_job("team-a").items] == ["train"]
-    batch.delete_namespaced_job("train", "team-a")
+    batch.delete_namespaced_job("train", "team-a", propagation_policy="Background")  # removed at once
     with pytest.raises(client.ApiException) as gone:
         batch.read_namespaced_job("train", "team-a")
     assert gone.value.status == 404

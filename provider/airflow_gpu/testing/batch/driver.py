@@ -8,7 +8,9 @@ output in CloudWatch Logs (``logs.py``: the job definition's log configuration, 
 delay). A failed attempt goes through the job's ``retryStrategy`` (``retry.py``). Termination and
 spot reclaims send SIGTERM, then SIGKILL after ``stop_timeout`` seconds, as ECS does. After each
 tick only the head of each queue shows why it is stuck, and the queue's
-``jobStateTimeLimitActions`` cancel a head stuck too long (``queues.py``).
+``jobStateTimeLimitActions`` cancel a head stuck too long (``queues.py``). A multi-node parallel job
+is stepped by ``gang.py``; each of its nodes runs here like any container job, but leaves its
+retries and its ending to its job.
 """
 
 from __future__ import annotations
@@ -33,9 +35,10 @@ from moto.batch.models import BatchBackend
 from airflow_gpu.accelerators import catalog
 from airflow_gpu.accelerators.batch import InstanceOffer
 from airflow_gpu.testing import gpus
-from airflow_gpu.testing.batch import queues
+from airflow_gpu.testing.batch import gang, queues
 from airflow_gpu.testing.batch.jobs import EmulatedJob
 from airflow_gpu.testing.batch.logs import LogGroupMissing, LogShipper, LogTarget, millis, open_target
+from airflow_gpu.testing.batch.nodes import MultiNodeJob
 from airflow_gpu.testing.batch.placement import place
 from airflow_gpu.testing.batch.reasons import INSUFFICIENT_CAPACITY, Blocked, canceled_by_time_limit
 from airflow_gpu.testing.batch.retry import action_after_attempt
@@ -113,7 +116,9 @@ class BatchDriver(threading.Thread):
         now = time.monotonic()
         if not job.submitted_at:
             job.submitted_at = now
-        if job._child_jobs:
+        if isinstance(job, MultiNodeJob):
+            gang.step(self, job, now)
+        elif job._child_jobs:
             self._step_array_parent(job)
         elif job.status in ("SUBMITTED", "PENDING"):
             self._step_submitted(job, now)
@@ -123,6 +128,13 @@ class BatchDriver(threading.Thread):
             self._start(job)
         elif job.status == "RUNNING":
             self._step_running(job, now)
+
+    def capacity_types(self) -> dict[str, str]:
+        """Compute environment name -> ``computeResources.type`` (``EC2``, ``SPOT``), as the API holds it."""
+        return {
+            ce.name: str((ce.compute_resources or {}).get("type", ""))
+            for ce in list(self.backend._compute_environments.values())
+        }
 
     # --- states ---------------------------------------------------------------------------
 
@@ -192,6 +204,9 @@ class BatchDriver(threading.Thread):
         if job.termination is not None:
             self._finish(job, "FAILED", job.termination)
             return
+        if job.halted:  # an MNP child node whose job ended before it started
+            self._finish(job, "FAILED", ESSENTIAL_EXITED)
+            return
         if len(json.dumps(job.container_overrides or {}, separators=(",", ":"))) > MAX_OVERRIDES_CHARS:
             # SubmitJob took it (under its 30 KiB), ECS refuses the task: FAILED, never started.
             self._finish(job, "FAILED", f"Container Overrides length must be at most {MAX_OVERRIDES_CHARS}")
@@ -202,7 +217,7 @@ class BatchDriver(threading.Thread):
             "container": {
                 "containerInstanceArn": f"{arn}:container-instance/{job.instance_id}",
                 "taskArn": f"{arn}:task/{job.task_id}",
-                "networkInterfaces": [],
+                "networkInterfaces": job.network_interfaces(),
             },
             "startedAt": millis(),
         }
@@ -222,14 +237,13 @@ class BatchDriver(threading.Thread):
             "HOME": os.environ.get("HOME", "/tmp"),
             "PYTHONUNBUFFERED": "1",
             **{e["name"]: e["value"] for e in job.environment()},
-            "AWS_BATCH_JOB_ID": job.job_id,
-            "AWS_BATCH_JOB_ATTEMPT": str(len(job.attempts)),
+            "AWS_BATCH_JOB_ID": job.job_id,  # an MNP node's is <jobId>#<index>
+            "AWS_BATCH_JOB_ATTEMPT": str(job.attempt_number()),
             "AWS_BATCH_JQ_NAME": job.job_queue.name,
             "AWS_BATCH_CE_NAME": job.compute_environment or "",
             "AWS_EXECUTION_ENV": "AWS_ECS_EC2",
+            **job.extra_environment(),
         }
-        if job.array_index is not None:
-            env["AWS_BATCH_JOB_ARRAY_INDEX"] = str(job.array_index)
         env = with_devices(env, self._gpus(job))
         try:
             job.process = subprocess.Popen(
@@ -267,7 +281,7 @@ class BatchDriver(threading.Thread):
 
     def _step_running(self, job: EmulatedJob, now: float) -> None:
         assert job.process is not None
-        stopping = job.reclaim is not None or job.termination is not None
+        stopping = job.reclaim is not None or job.termination is not None or job.halted
         if stopping and job.signalled_at is None:
             if job.reclaim is not None and job.reclaim.get("hard"):
                 self._signal(job, signal.SIGKILL)
@@ -280,6 +294,7 @@ class BatchDriver(threading.Thread):
         code = job.process.poll()
         if code is None:
             return
+        kill_container(job.process.pid)  # like Docker: the container ends with its main process, whatever it left
         if job.reader is not None:
             job.reader.join(timeout=5)
         exit_code: int | None = code if code >= 0 else 128 - code
@@ -320,7 +335,7 @@ class BatchDriver(threading.Thread):
                 reason=attempt["container"].get("reason"),
                 exit_code=exit_code,
             )
-            if retry and job.termination is None
+            if retry and job.termination is None and job.retries_itself
             else "EXIT"
         )
         if action == "RETRY":

@@ -197,8 +197,19 @@ class BatchEmulator:
         return job
 
     def reclaim(self, job_id: str, hard: bool = False) -> None:
-        """A spot reclaim of the job's host: SIGTERM then SIGKILL (exit 143), or at once (``hard``: no exit code)."""
+        """A spot reclaim of the job's host: SIGTERM then SIGKILL (exit 143), or at once (``hard``: no exit code).
+
+        A multi-node parallel job runs on one host per node: ``<jobId>#<n>`` names the node whose host
+        goes (a host failure, as MNP jobs do not run on Spot); the job's own id names its main node.
+        """
+        from airflow_gpu.testing.batch.nodes import MultiNodeJob
+
         job = self._job(job_id)
+        if isinstance(job, MultiNodeJob):
+            if job.main is None:
+                raise ValueError(f"job {job_id} is {job.status}: its main node has not been launched")
+            job = job.main
+            job_id = job.job_id
         if job.status != "RUNNING":
             raise ValueError(f"job {job_id} is {job.status}, not RUNNING")
         job.reclaim = {"hard": hard}
@@ -224,4 +235,5 @@ class BatchEmulator:
         self.faults.append({"fault": "throttle", "operation": operation, "times": times})
 
     def jobs(self) -> list[Any]:
-        return [j for j in self.driver.backend._jobs.values() if j.job_id.count(":") == 0]
+        """The submitted jobs: no array children (``<id>:<i>``), no multi-node parallel nodes (``<id>#<n>``)."""
+        return [j for j in self.driver.backend._jobs.values() if ":" not in j.job_id and "#" not in j.job_id]

@@ -8,6 +8,9 @@ CancelJob and TerminateJob differ (Batch API reference): CancelJob acts only on 
 started (SUBMITTED, PENDING, RUNNABLE), TerminateJob on any job not yet final. ``cancel`` checks the
 status and ``lock`` makes that check and the driver's move to STARTING one step each, so a cancel
 never lands on a job that has already begun to start.
+
+What the job runs comes from ``container_properties()`` (the job definition's container; for a
+multi-node parallel node, its node range's: ``nodes.py``), so nodes share every method here.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import itertools
 import subprocess
 import threading
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -30,6 +34,9 @@ _sequence = itertools.count()
 
 class EmulatedJob(Job):
     """One job (or array child) the driver runs; the fields below are the driver's bookkeeping."""
+
+    #: Whether a failed attempt goes through the retryStrategy here (an MNP node's job decides for it).
+    retries_itself = True
 
     def __init__(self, *args: Any, array_index: int | None = None, **kwargs: Any) -> None:
         self._plain_status: str | None = "SUBMITTED"
@@ -52,6 +59,7 @@ class EmulatedJob(Job):
         self.head_since = 0.0  # ...since this monotonic time
         self.reclaim: dict[str, Any] | None = None  # an injected spot reclaim
         self.signalled_at: float | None = None
+        self.halted = False  # Batch stops it because its job is over (an MNP main node exited)
         self.finished = False
 
     # moto's ManagedState moves the status by itself; the driver sets it explicitly.
@@ -75,22 +83,53 @@ class EmulatedJob(Job):
             if not self.finished and self.termination is None and self.status in NOT_STARTED:
                 self.termination, self.cancelled = reason, True
 
+    def container_properties(self) -> dict[str, Any] | None:
+        """The container this job runs, before its overrides (an MNP node: its node range's)."""
+        return self.job_definition.container_properties
+
     def log_configuration(self) -> dict[str, Any] | None:
         """The job definition's ``logConfiguration`` (a job cannot override it)."""
-        configuration = (self.job_definition.container_properties or {}).get("logConfiguration")
+        configuration = (self.container_properties() or {}).get("logConfiguration")
         return dict(configuration) if configuration else None
 
     def _get_container_property(self, p: str, default: Any) -> Any:
+        """moto's answer, from ``container_properties()`` rather than the job definition's."""
+        properties = self.container_properties() or {}
         if p == "environment":  # moto appends AWS_BATCH_JOB_ID to the override list on every describe
             return self.environment()
-        return super()._get_container_property(p, default)
+        if p in ("vcpus", "memory"):
+            if p in self.container_overrides:
+                return self.container_overrides[p]
+            wanted = {r["type"]: r["value"] for r in properties.get("resourceRequirements") or []}
+            if p == "vcpus" and "VCPU" in wanted:
+                return float(wanted["VCPU"])
+            if p == "memory" and "MEMORY" in wanted:
+                return int(wanted["MEMORY"])
+        return self.container_overrides.get(p, properties.get(p, default))
+
+    def network_interfaces(self) -> list[dict[str, str]]:
+        """The attempt's ENIs: none for a plain container job (the ECS ``bridge`` network mode)."""
+        return []
+
+    def extra_environment(self) -> dict[str, str]:
+        """The Batch variables of this kind of job, beside the ones every job gets."""
+        if self.array_index is not None:
+            return {"AWS_BATCH_JOB_ARRAY_INDEX": str(self.array_index)}
+        return {}
+
+    def attempt_number(self) -> int:
+        """``AWS_BATCH_JOB_ATTEMPT``: which attempt of the job this is."""
+        return len(self.attempts)
 
     def describe(self) -> dict[str, Any]:
         """moto's shape, plus the container fields AWS reports for the last attempt."""
         result: dict[str, Any] = super().describe()
+        properties = self.container_properties()
+        if "container" in result and properties is not None:  # moto shows an MNP node only its log stream
+            result["container"] = {"image": properties.get("image"), **self._container_details()}
         if "container" in result and self.latest_attempt is not None:
             container = self.latest_attempt.get("container", {})
-            for key in ("exitCode", "reason", "containerInstanceArn", "taskArn"):
+            for key in ("exitCode", "reason", "containerInstanceArn", "taskArn", "networkInterfaces"):
                 if key in container:
                     result["container"][key] = container[key]
         if self.job_started_at == NEVER:  # moto reports 1970 for a job that failed before it ever ran
@@ -103,27 +142,32 @@ class EmulatedJob(Job):
 
     def environment(self) -> list[dict[str, str]]:
         """The container environment: the job definition's, overridden by the job's."""
-        assert self.job_definition.container_properties is not None
-        merged = {e["name"]: e["value"] for e in self.job_definition.container_properties.get("environment") or []}
+        properties = self.container_properties()
+        assert properties is not None
+        merged = {e["name"]: e["value"] for e in properties.get("environment") or []}
         merged.update({e["name"]: e["value"] for e in self.container_overrides.get("environment") or []})
         return [{"name": k, "value": v} for k, v in merged.items()]
 
     def resources(self) -> dict[str, float]:
         """GPU, VCPU and MEMORY the job asks for, overrides winning."""
-        assert self.job_definition.container_properties is not None
-        found: dict[str, float] = {"GPU": 0.0, "VCPU": 1.0, "MEMORY": 512.0}
-        properties = self.job_definition.container_properties
-        if properties.get("vcpus"):
-            found["VCPU"] = float(properties["vcpus"])
-        if properties.get("memory"):
-            found["MEMORY"] = float(properties["memory"])
-        for source in (properties.get("resourceRequirements"), self.container_overrides.get("resourceRequirements")):
-            for item in source or []:
-                found[item["type"]] = float(item["value"])
-        return found
+        properties = self.container_properties()
+        assert properties is not None
+        return requested_resources(properties, self.container_overrides)
 
     def command(self) -> list[str]:
-        command = self.container_overrides.get("command") or (self.job_definition.container_properties or {}).get(
-            "command"
-        )
+        command = self.container_overrides.get("command") or (self.container_properties() or {}).get("command")
         return self._add_parameters_to_command(list(command or []))
+
+
+def requested_resources(properties: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, float]:
+    """GPU, VCPU and MEMORY a container asks for (``resourceRequirements``, or the older ``vcpus`` and
+    ``memory``), its overrides winning."""
+    found: dict[str, float] = {"GPU": 0.0, "VCPU": 1.0, "MEMORY": 512.0}
+    if properties.get("vcpus"):
+        found["VCPU"] = float(properties["vcpus"])
+    if properties.get("memory"):
+        found["MEMORY"] = float(properties["memory"])
+    for source in (properties.get("resourceRequirements"), overrides.get("resourceRequirements")):
+        for item in source or []:
+            found[item["type"]] = float(item["value"])
+    return found

@@ -9,6 +9,10 @@ emulator of a process starts and removed when the last one stops (``apply`` / ``
   with; here the check and the cancel are one step under the job's lock (``EmulatedJob.cancel``).
 * CreateJobQueue / UpdateJobQueue drop ``jobStateTimeLimitActions`` and DescribeJobQueues never
   returns them: here they are validated (``queues.py``), kept on the queue and described.
+* Multi-node parallel jobs: moto registers any ``nodeProperties`` unchecked, DescribeJobDefinitions
+  leaves them out, SubmitJob drops ``nodeOverrides`` and ListJobs ignores ``multiNodeJobId``. Here
+  RegisterJobDefinition and SubmitJob refuse what AWS refuses (``multinode.py``), a multinode job is
+  a ``MultiNodeJob`` (``nodes.py``) the driver runs node by node, and ListJobs lists its nodes.
 """
 
 from __future__ import annotations
@@ -18,10 +22,11 @@ import threading
 from typing import Any
 
 from moto.batch.exceptions import ClientException
-from moto.batch.models import BatchBackend, JobQueue
+from moto.batch.models import BatchBackend, JobDefinition, JobQueue
 from moto.batch.responses import BatchResponse
 from moto.batch_simple.models import BatchSimpleBackend
 
+from airflow_gpu.testing.batch import multinode
 from airflow_gpu.testing.batch.queues import validate_time_limit_actions
 
 _original: dict[tuple[type, str], Any] = {}
@@ -40,9 +45,11 @@ def submit_job(
     timeout: dict[str, int] | None = None,
     parameters: dict[str, str] | None = None,
     tags: dict[str, str] | None = None,
+    node_overrides: dict[str, Any] | None = None,
 ) -> tuple[str, str, str]:
     """SubmitJob for the no-Docker backend: record the job (and array children) and return at once."""
     from airflow_gpu.testing.batch.jobs import EmulatedJob
+    from airflow_gpu.testing.batch.nodes import MultiNodeJob
 
     job_def = self.get_job_definition(job_def_id)
     if job_def is None:
@@ -50,6 +57,9 @@ def submit_job(
     queue = self.get_job_queue(job_queue)
     if queue is None:
         raise ClientException(f"Job queue {job_queue} does not exist")
+    problem = _check_multinode_submission(job_def, array_properties, container_overrides, node_overrides)
+    if problem:
+        raise ClientException(problem)
     common = {
         "log_backend": self.logs_backend,
         "container_overrides": container_overrides,
@@ -59,6 +69,12 @@ def submit_job(
         "timeout": timeout,
         "parameters": parameters,
     }
+    if job_def.type == "multinode":
+        job: EmulatedJob = MultiNodeJob(
+            job_name, job_def, queue, self, array_properties={}, tags=tags, node_overrides=node_overrides, **common
+        )
+        self.backend._jobs[job.job_id] = job
+        return job_name, job.job_id, job.arn
     job = EmulatedJob(job_name, job_def, queue, self, array_properties=array_properties, tags=tags, **common)
     size = int(array_properties.get("size") or 0)
     if size:
@@ -79,6 +95,86 @@ def submit_job(
             self.backend._jobs[child.job_id] = child
     self.backend._jobs[job.job_id] = job
     return job_name, job.job_id, job.arn
+
+
+def _check_multinode_submission(
+    job_def: Any,
+    array_properties: dict[str, Any] | None,
+    container_overrides: dict[str, Any] | None,
+    node_overrides: dict[str, Any] | None,
+) -> str | None:
+    """What SubmitJob refuses in combining a job definition's type with the overrides sent, or None."""
+    if job_def.type != "multinode":
+        if node_overrides:
+            return "nodeOverrides are for multi-node parallel jobs: the job definition's type is not multinode"
+        return None
+    if container_overrides:
+        return "containerOverrides don't apply to a multi-node parallel job: send nodeOverrides.nodePropertyOverrides"
+    if (array_properties or {}).get("size"):
+        return "a multi-node parallel job can't be an array job: leave out arrayProperties"
+    return multinode.validate_overrides(job_def.node_properties, node_overrides)
+
+
+def submitjob(self: Any) -> str:
+    """moto's SubmitJob, passing ``nodeOverrides`` on instead of dropping it."""
+    node_overrides = self._get_param("nodeOverrides")
+    extra = {"node_overrides": node_overrides} if node_overrides is not None else {}  # moto's own backend takes none
+    name, job_id, job_arn = self.batch_backend.submit_job(
+        self._get_param("jobName"),
+        self._get_param("jobDefinition"),
+        self._get_param("jobQueue"),
+        depends_on=self._get_param("dependsOn"),
+        container_overrides=self._get_param("containerOverrides"),
+        eks_properties_override=self._get_param("eksPropertiesOverride"),
+        timeout=self._get_param("timeout"),
+        array_properties=self._get_param("arrayProperties", {}),
+        parameters=self._get_param("parameters"),
+        tags=self._get_param("tags"),
+        **extra,
+    )
+    return json.dumps({"jobId": job_id, "jobName": name, "jobArn": job_arn})
+
+
+def registerjobdefinition(self: Any) -> str:
+    """RegisterJobDefinition, refusing the node properties AWS refuses (moto checks none)."""
+    job_type = self._get_param("type")
+    problem = multinode.validate_definition(
+        job_type,
+        self._get_param("nodeProperties"),
+        self._get_param("containerProperties"),
+        self._get_param("eksProperties"),
+        self._get_param("platformCapabilities"),
+    )
+    if problem:
+        raise ClientException(problem)
+    answer: str = _original[(BatchResponse, "registerjobdefinition")](self)
+    if job_type == "multinode":  # moto's new revision keeps the previous one's containerProperties
+        registered = self.batch_backend.get_job_definition(json.loads(answer)["jobDefinitionArn"])
+        if registered is not None:
+            registered.container_properties = None
+    return answer
+
+
+def describe_job_definition(self: Any) -> dict[str, Any]:
+    result: dict[str, Any] = _original[(JobDefinition, "describe")](self)
+    if self.node_properties is not None:
+        result["nodeProperties"] = self.node_properties
+    return result
+
+
+def listjobs(self: Any) -> str:
+    """ListJobs; ``multiNodeJobId`` lists that multi-node parallel job's nodes (moto lists nothing)."""
+    from airflow_gpu.testing.batch.nodes import MultiNodeJob
+
+    parent_id = self._get_param("multiNodeJobId")
+    if not parent_id:
+        answer: str = _original[(BatchResponse, "listjobs")](self)
+        return answer
+    parent = self.batch_backend.get_job_by_id(parent_id)
+    nodes = list(parent.nodes.values()) if isinstance(parent, MultiNodeJob) else []
+    status = self._get_param("jobStatus")
+    shown = [node.describe_short() for node in nodes if status is None or node.status == status]
+    return json.dumps({"jobSummaryList": shown})
 
 
 def cancel_job(self: Any, job_id: str, reason: str) -> None:
@@ -131,6 +227,10 @@ def describe_job_queue(self: Any) -> dict[str, Any]:
 
 REPLACEMENTS: tuple[tuple[type, str, Any], ...] = (
     (BatchSimpleBackend, "submit_job", submit_job),
+    (BatchResponse, "submitjob", submitjob),
+    (BatchResponse, "registerjobdefinition", registerjobdefinition),
+    (BatchResponse, "listjobs", listjobs),
+    (JobDefinition, "describe", describe_job_definition),
     (BatchBackend, "cancel_job", cancel_job),
     (BatchResponse, "createjobqueue", createjobqueue),
     (BatchResponse, "updatejobqueue", updatejobqueue),

@@ -15,8 +15,16 @@ from aiohttp import web
 from airflow_gpu.testing.kubernetes import patch as patching
 from airflow_gpu.testing.kubernetes.cluster import NodeSpec
 from airflow_gpu.testing.kubernetes.cluster_state import ClusterState
+from airflow_gpu.testing.kubernetes.deletion import DeleteOptions
 from airflow_gpu.testing.kubernetes.kubelet import log_lines
-from airflow_gpu.testing.kubernetes.objects import ApiError, bad_request, invalid, validate_metadata
+from airflow_gpu.testing.kubernetes.objects import (
+    ApiError,
+    bad_request,
+    forbidden,
+    invalid,
+    name_from_generate_name,
+    validate_metadata,
+)
 from airflow_gpu.testing.kubernetes.selectors import SelectorError, field_matcher, label_matcher
 from airflow_gpu.testing.kubernetes.store import RESOURCES, Obj, Resource
 
@@ -92,30 +100,41 @@ async def api_groups(request: web.Request) -> web.Response:
     )
 
 
+#: ``kubectl get all`` kinds and short names, as the real discovery lists them.
+CATEGORIES = {"pods": ["all"], "services": ["all"], "jobs": ["all"]}
+SHORT_NAMES = {"pods": ["po"], "services": ["svc"], "nodes": ["no"], "namespaces": ["ns"], "events": ["ev"]}
+
+
+def _subresource(name: str, kind: str, verbs: list[str]) -> dict[str, Any]:
+    return {"name": name, "singularName": "", "namespaced": True, "kind": kind, "verbs": verbs}
+
+
 def _resource_list(group_version: str) -> dict[str, Any]:
-    resources = [
-        {
+    resources = []
+    for r in RESOURCES.values():
+        if r.api_version != group_version:
+            continue
+        entry: dict[str, Any] = {
             "name": r.plural,
             "singularName": r.kind.lower(),
             "namespaced": r.namespaced,
             "kind": r.kind,
             "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
         }
-        for r in RESOURCES.values()
-        if r.api_version == group_version
-    ]
+        for key, table in (("shortNames", SHORT_NAMES), ("categories", CATEGORIES)):
+            if r.plural in table:
+                entry[key] = table[r.plural]
+        resources.append(entry)
+    status_verbs = ["get", "patch", "update"]
     if group_version == "v1":
         resources += [
-            {"name": "pods/log", "singularName": "", "namespaced": True, "kind": "Pod", "verbs": ["get"]},
-            {
-                "name": "pods/status",
-                "singularName": "",
-                "namespaced": True,
-                "kind": "Pod",
-                "verbs": ["get", "patch", "update"],
-            },
-            {"name": "pods/eviction", "singularName": "", "namespaced": True, "kind": "Eviction", "verbs": ["create"]},
+            _subresource("pods/log", "Pod", ["get"]),
+            _subresource("pods/status", "Pod", status_verbs),
+            _subresource("pods/eviction", "Eviction", ["create"]),
+            _subresource("services/status", "Service", status_verbs),
         ]
+    else:
+        resources.append(_subresource("jobs/status", "Job", status_verbs))
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}
 
 
@@ -193,13 +212,14 @@ async def create(request: web.Request) -> web.Response:
         return _json(body, 201)
     if resource.plural == "pods":
         return _json(state.create_pod(namespace, body), 201)
+    if resource.plural == "jobs":
+        return _json(state.create_job(namespace, body), 201)
+    if resource.plural == "services":
+        return _json(state.create_service(namespace, body), 201)
     if namespace:
         state.store.get("namespaces", "", namespace)
-    metadata = body.setdefault("metadata", {})
-    if not metadata.get("name") and metadata.get("generateName"):
-        import secrets
-
-        metadata["name"] = f"{metadata['generateName']}{secrets.token_hex(3)[:5]}"
+    name_from_generate_name(body)
+    metadata = body["metadata"]
     causes = validate_metadata(body, resource.namespaced)
     if causes:
         raise invalid(resource.kind, str(metadata.get("name") or ""), causes)
@@ -231,9 +251,18 @@ def _replace(state: ClusterState, resource: Resource, current: Obj, new: Obj, st
         updated = {**new, "metadata": {**(new.get("metadata") or {}), **kept_metadata}}
         updated["status"] = current.get("status", {})
         updated["apiVersion"], updated["kind"] = current["apiVersion"], current["kind"]
+        added = set(updated["metadata"].get("finalizers") or []) - set(current["metadata"].get("finalizers") or [])
+        if current["metadata"].get("deletionTimestamp") and added:
+            detail = (
+                f"no new finalizers can be added if the object is being deleted, found new finalizers {sorted(added)}"
+            )
+            raise invalid(resource.kind, current["metadata"]["name"], [forbidden("metadata.finalizers", detail)])
+        state.validate_update(resource.plural, updated, current)
     current.clear()
     current.update(updated)
-    return state.store.update(resource.plural, current, spec_changed=not status_only)
+    result = state.store.update(resource.plural, current, spec_changed=not status_only)
+    state.finalize(resource.plural, current)  # the last finalizer may just have been removed
+    return result
 
 
 async def update(request: web.Request) -> web.Response:
@@ -259,19 +288,12 @@ async def patch(request: web.Request) -> web.Response:
 
 
 async def delete(request: web.Request) -> web.Response:
+    """DELETE with ``DeleteOptions`` from the query or the body (``propagationPolicy``,
+    ``orphanDependents``, ``gracePeriodSeconds``, ``preconditions``); see ``deletion.py``."""
     state = _state(request)
     resource, namespace, name = _key(request)
-    body = await _body(request)
-    grace = request.query.get("gracePeriodSeconds")
-    grace_seconds = (
-        int(grace) if grace is not None else (body or {}).get("gracePeriodSeconds") if isinstance(body, dict) else None
-    )
-    if resource.plural == "pods":
-        return _json(state.delete_pod(namespace, name, grace_seconds))
-    removed = state.store.remove(resource.plural, namespace, name)
-    if resource.plural == "nodes":
-        state.schedule_soon()
-    return _json(removed)
+    options = DeleteOptions.parse(request.query, await _body(request))
+    return _json(state.delete_object(resource.plural, namespace, name, options))
 
 
 async def status(request: web.Request) -> web.Response:

@@ -1,7 +1,8 @@
 """The emulated control plane: objects, the scheduler loop, the kubelet and fault injection.
 
 Everything here runs on one asyncio event loop (the server's); the thread-safe front door is
-``KubernetesEmulator`` in ``emulator.py``.
+``KubernetesEmulator`` in ``emulator.py``. The Job controller (``job_controller.py``) and the
+garbage collector (``deletion.py``) follow the store's events on the same loop.
 """
 
 from __future__ import annotations
@@ -15,10 +16,21 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from airflow_gpu.testing.kubernetes import dns, services
 from airflow_gpu.testing.kubernetes.cluster import ClusterSpec, NodeSpec
+from airflow_gpu.testing.kubernetes.deletion import DeleteOptions, GarbageCollector, deletion_status
 from airflow_gpu.testing.kubernetes.device_plugin import DevicePlugin
+from airflow_gpu.testing.kubernetes.job_controller import DEFAULT_BACKOFF_SECONDS, JobController
+from airflow_gpu.testing.kubernetes.job_spec import default_job, job_invalid, validate_job, validate_job_update
 from airflow_gpu.testing.kubernetes.kubelet import PodRun, container_id, container_status
-from airflow_gpu.testing.kubernetes.objects import invalid, now, timestamp, validate_pod
+from airflow_gpu.testing.kubernetes.objects import (
+    invalid,
+    name_from_generate_name,
+    new_uid,
+    now,
+    timestamp,
+    validate_pod,
+)
 from airflow_gpu.testing.kubernetes.scheduler import schedule
 from airflow_gpu.testing.kubernetes.store import Obj, Store
 
@@ -66,7 +78,9 @@ def set_condition(pod: Obj, condition: dict[str, Any]) -> None:
 
 
 class ClusterState:
-    def __init__(self, cluster: ClusterSpec, api_host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, cluster: ClusterSpec, api_host: str = "127.0.0.1", job_backoff_seconds: float = DEFAULT_BACKOFF_SECONDS
+    ) -> None:
         self.store = Store()
         self.cluster = cluster
         self.api_host = api_host
@@ -89,14 +103,16 @@ class ClusterState:
         for index, node in enumerate(cluster.nodes):
             self.store.create("nodes", "", node.to_node(index))
             self.devices.add_node(node.name, node.accelerator)
+        self.addresses = services.Addresses()
+        self.garbage_collector = GarbageCollector(self)
+        self.jobs = JobController(self, job_backoff_seconds)
 
     # --- objects --------------------------------------------------------------------------
 
     def create_pod(self, namespace: str, pod: Obj) -> Obj:
         self.store.get("namespaces", "", namespace)  # 404 for an unknown namespace, as the API does
-        metadata = pod.setdefault("metadata", {})
-        if not metadata.get("name") and metadata.get("generateName"):
-            metadata["name"] = f"{metadata['generateName']}{secrets.token_hex(3)[:5]}"
+        name_from_generate_name(pod)
+        metadata = pod["metadata"]
         causes = validate_pod(pod)
         if causes:
             raise invalid("Pod", str(metadata.get("name") or ""), causes)
@@ -110,6 +126,42 @@ class ClusterState:
         created = self.store.create("pods", namespace, pod)
         self.schedule_soon()
         return created
+
+    def create_job(self, namespace: str, job: Obj) -> Obj:
+        """The Job registry: defaults, the generated selector, validation; the controller takes it from there."""
+        self.store.get("namespaces", "", namespace)
+        name_from_generate_name(job)
+        job["metadata"]["uid"] = new_uid()  # the generated selector needs it before storing
+        default_job(job)
+        causes = validate_job(job)
+        if causes:
+            raise job_invalid(job, causes)
+        job["status"] = {}
+        return self.store.create("jobs", namespace, job, keep_uid=True)
+
+    def create_service(self, namespace: str, service: Obj) -> Obj:
+        self.store.get("namespaces", "", namespace)
+        name_from_generate_name(service)
+        services.default_service(service)
+        causes = services.validate_service(service)
+        if causes:
+            raise invalid("Service", str(service["metadata"].get("name") or ""), causes)
+        if self.store.find("services", namespace, service["metadata"]["name"]) is None:
+            self.addresses.allocate(service)
+        return self.store.create("services", namespace, service)
+
+    def validate_update(self, plural: str, new: Obj, old: Obj) -> None:
+        """The update checks of the kinds with a strategy here (Jobs, Services); 422 when refused."""
+        if plural == "jobs":
+            default_job(new)
+            causes = validate_job_update(new, old)
+            if causes:
+                raise job_invalid(new, causes)
+        elif plural == "services":
+            services.default_service(new)
+            causes = services.keep_allocated(new, old) + services.validate_service(new)
+            if causes:
+                raise invalid("Service", old["metadata"]["name"], causes)
 
     def record_event(self, obj: Obj, kind: str, reason: str, message: str, component: str) -> None:
         """An Event about ``obj``; a repeat of the same reason and message counts up instead."""
@@ -194,6 +246,7 @@ class ClusterState:
         )
         run = PodRun(pod)
         run.gpu_env = self.devices.allocate(pod, node_name, Path(run.workdir))
+        run.resolves = lambda consumer, value: dns.resolves(self.store, consumer, value)
         self.runs[(namespace, name)] = run
         run.task = asyncio.get_running_loop().create_task(self._run_pod(namespace, name, run))
 
@@ -330,11 +383,81 @@ class ClusterState:
                 pod["status"]["reason"], pod["status"]["message"] = final
                 self.store.update("pods", pod)
         if delete:
-            removed = self.store.remove("pods", namespace, name)
-            self.schedule_soon()
-            return removed
+            return self._delete_now(pod)
         self.schedule_soon()
         return pod
+
+    def _delete_now(self, pod: Obj) -> Obj:
+        """The final deletion (the kubelet's, once the containers stopped; the API server's for a pod
+        never bound). With finalizers left the pod stays, marked with a zero grace period, until the
+        last one is removed (``finalize``). An unbound pod left so is marked ``Failed``, as PodGC does
+        with terminating pods that were never scheduled."""
+        metadata = pod["metadata"]
+        if self.store.find("pods", metadata["namespace"], metadata["name"]) is not pod:
+            return pod
+        if metadata.get("finalizers"):
+            if not pod["spec"].get("nodeName") and pod["status"].get("phase") not in ("Succeeded", "Failed"):
+                pod["status"]["phase"] = "Failed"
+            metadata["deletionTimestamp"] = min(metadata.get("deletionTimestamp") or timestamp(), timestamp())
+            metadata["deletionGracePeriodSeconds"] = 0
+            self.store.update("pods", pod)
+            self.schedule_soon()
+            return pod
+        removed = self.store.remove("pods", metadata["namespace"], metadata["name"])
+        self.schedule_soon()
+        return removed
+
+    def remove_finalizer(self, plural: str, obj: Obj, finalizer: str) -> None:
+        """A controller done with its finalizer; the object goes if it was the last of a deletion."""
+        finalizers = [f for f in obj["metadata"].get("finalizers") or [] if f != finalizer]
+        if finalizers:
+            obj["metadata"]["finalizers"] = finalizers
+        else:
+            obj["metadata"].pop("finalizers", None)
+        self.store.update(plural, obj)
+        self.finalize(plural, obj)
+
+    def finalize(self, plural: str, obj: Obj) -> None:
+        """Remove an object being deleted once no finalizer and no grace period is left."""
+        metadata = obj["metadata"]
+        key = (plural, metadata.get("namespace", ""), metadata["name"])
+        if not metadata.get("deletionTimestamp") or metadata.get("finalizers") or self.store.find(*key) is not obj:
+            return
+        if metadata.get("deletionGracePeriodSeconds") in (None, 0):
+            self.store.remove(*key)
+            if plural == "pods":
+                self.schedule_soon()
+            elif plural == "services":
+                self.addresses.release(obj)
+
+    def delete_object(self, plural: str, namespace: str, name: str, options: DeleteOptions) -> Obj:
+        """DELETE as the generic registry store does it; returns what the API answers."""
+        obj = self.store.get(plural, namespace, name)
+        options.check_preconditions(plural, obj)
+        metadata = obj["metadata"]
+        if metadata.get("deletionTimestamp"):  # already being deleted: finalizers are not updated
+            return self.delete_pod(namespace, name, options.grace_period_seconds) if plural == "pods" else obj
+        finalizers = options.finalizers(plural, list(metadata.get("finalizers") or []))
+        if finalizers != list(metadata.get("finalizers") or []):
+            if finalizers:
+                metadata["finalizers"] = finalizers
+            else:
+                metadata.pop("finalizers", None)
+        if plural == "pods":
+            return self.delete_pod(namespace, name, options.grace_period_seconds)
+        if finalizers:  # markAsDeleting: the finalizers' owners finish the deletion
+            metadata["deletionTimestamp"] = timestamp()
+            metadata["deletionGracePeriodSeconds"] = 0
+            metadata["generation"] = metadata.get("generation", 1) + 1
+            self.store.update(plural, obj)
+            return obj
+        removed = self.store.remove(plural, namespace, name)
+        if plural == "nodes":
+            self.schedule_soon()
+        elif plural == "services":
+            self.addresses.release(removed)
+        # Jobs' storage answers a Status; Services' (ReturnDeletedObject) and pods' the object itself.
+        return deletion_status(plural, removed) if plural == "jobs" else removed
 
     def delete_pod(self, namespace: str, name: str, grace_seconds: int | None) -> Obj:
         """Start a graceful deletion and answer at once, as the API server does."""
@@ -342,9 +465,7 @@ class ClusterState:
         if pod["metadata"].get("deletionTimestamp"):
             return pod
         if (namespace, name) not in self.runs:  # never bound: nothing to stop
-            removed = self.store.remove("pods", namespace, name)
-            self.schedule_soon()
-            return removed
+            return self._delete_now(pod)
         grace = (
             pod["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
             if grace_seconds is None
@@ -532,6 +653,11 @@ class ClusterState:
         deleting = self._deleting.get((namespace, name))
         if deleting is not None:
             await asyncio.shield(deleting)
+        for _ in range(3000):  # as kubectl waits: a finalizer (a Job's) may hold the pod a moment more
+            current = self.store.find("pods", namespace, name)
+            if current is None or current["metadata"]["uid"] != pod["metadata"]["uid"]:
+                break
+            await asyncio.sleep(0.01)
         return entry
 
     def cordon(self, node_name: str, unschedulable: bool = True) -> Obj:

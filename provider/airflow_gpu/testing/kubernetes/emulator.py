@@ -30,16 +30,28 @@ from aiohttp import web
 from airflow_gpu.testing.kubernetes.api import build_app
 from airflow_gpu.testing.kubernetes.cluster import ClusterSpec, NodeSpec
 from airflow_gpu.testing.kubernetes.cluster_state import ClusterState
+from airflow_gpu.testing.kubernetes.job_controller import DEFAULT_BACKOFF_SECONDS
 from airflow_gpu.testing.kubernetes.kubeconfig import kubeconfig_text
 
 T = TypeVar("T")
 
 
 class KubernetesEmulator:
-    def __init__(self, cluster: str | Path | ClusterSpec = "demo", host: str = "127.0.0.1", port: int = 0) -> None:
+    """``job_backoff_seconds`` is the Job controller's first pod-failure back-off (10 s on a cluster,
+    doubling per failure, capped at 60 times it): tests shorten it."""
+
+    def __init__(
+        self,
+        cluster: str | Path | ClusterSpec = "demo",
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        job_backoff_seconds: float = DEFAULT_BACKOFF_SECONDS,
+    ) -> None:
         self.spec = cluster if isinstance(cluster, ClusterSpec) else ClusterSpec.load(cluster)
         self.host = host
         self.port = port
+        self.job_backoff_seconds = job_backoff_seconds
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
@@ -55,7 +67,7 @@ class KubernetesEmulator:
     async def start_async(self) -> None:
         """Start serving on the running loop (what the command line uses)."""
         self._loop = asyncio.get_running_loop()
-        self.state = ClusterState(self.spec, self.host)
+        self.state = ClusterState(self.spec, self.host, self.job_backoff_seconds)
         self._runner = web.AppRunner(build_app(self.state), access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)

@@ -5,6 +5,12 @@ command, since there is no image entrypoint to prepend) must exist on this machi
 the pod log, exit codes to the container statuses, and deletion sends SIGTERM to the container's
 main process, then SIGKILL to all its processes when the grace period is over, as the real
 kubelet does.
+
+Every pod shares this host's network and resolver, so cluster DNS names mean nothing to its
+processes. In their place the kubelet rewrites an environment value given literally (``env[].value``)
+that is exactly a name the pod could resolve on a cluster (``dns.resolves``: its own hostname, a headless Service or
+``<hostname>.<subdomain>`` of a selected pod) to ``127.0.0.1``, deciding when the container starts.
+``HOSTNAME`` is the pod's hostname (``spec.hostname``, else the pod name), as in a real container.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import contextlib
 import os
 import signal
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -21,16 +28,44 @@ from typing import Any
 
 from airflow_gpu.testing.containers import kill_container
 from airflow_gpu.testing.gpus import with_devices
+from airflow_gpu.testing.kubernetes.dns import LOOPBACK, pod_hostname
 from airflow_gpu.testing.kubernetes.objects import now, timestamp, timestamp_nano
 
 #: Host variables a container process inherits (a real container gets its image's instead).
 INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV", "PYTHONPATH", "SYSTEMROOT")
 
 
+class _ContainerProtocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """The usual stream protocol, plus an event set when the main process exits.
+
+    ``Process.wait()`` (Python 3.11) returns only once every pipe is closed too, and a child the
+    main process left running in the background (``sleep 60 &``) keeps its stdout open: the kubelet
+    would never see the container's PID 1 exit, nor end the rest of the container.
+    """
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self.exited = asyncio.Event()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        self.exited.set()
+
+
+async def start_process(command: list[str], **options: Any) -> tuple[asyncio.subprocess.Process, asyncio.Event]:
+    """``asyncio.create_subprocess_exec`` that also returns the event of the process's own exit."""
+    loop = asyncio.get_running_loop()
+    transport, protocol = await loop.subprocess_exec(
+        lambda: _ContainerProtocol(limit=2**16, loop=loop), *command, **options
+    )
+    return asyncio.subprocess.Process(transport, protocol, loop), protocol.exited
+
+
 @dataclass
 class ContainerRun:
     name: str
     process: asyncio.subprocess.Process | None = None
+    exited: asyncio.Event = field(default_factory=asyncio.Event)  # the main process is gone
     lines: list[tuple[str, str]] = field(default_factory=list)  # (RFC 3339 nano timestamp, text)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     started: asyncio.Event = field(default_factory=asyncio.Event)  # set once the process exists (or failed to)
@@ -56,10 +91,16 @@ def field_ref(pod: dict[str, Any], path: str) -> str:
     return "" if value is None else str(value)
 
 
-def container_env(pod: dict[str, Any], container: dict[str, Any], api_host: str, api_port: int) -> dict[str, str]:
+#: Whether a value is a cluster DNS name that the pod could resolve (``dns.resolves``, bound to the store).
+Resolver = Callable[[dict[str, Any], str], bool]
+
+
+def container_env(
+    pod: dict[str, Any], container: dict[str, Any], api_host: str, api_port: int, resolves: Resolver | None = None
+) -> dict[str, str]:
     env = {key: os.environ[key] for key in INHERITED_ENV if key in os.environ}
     env |= {
-        "HOSTNAME": pod["metadata"]["name"],
+        "HOSTNAME": pod_hostname(pod),
         "KUBERNETES_SERVICE_HOST": api_host,
         "KUBERNETES_SERVICE_PORT": str(api_port),
     }
@@ -69,6 +110,8 @@ def container_env(pod: dict[str, Any], container: dict[str, Any], api_host: str,
             continue
         if "value" in item:
             env[name] = str(item.get("value") or "")
+            if resolves is not None and resolves(pod, env[name]):
+                env[name] = LOOPBACK  # a host name given literally: its pod is a process on this host
         elif ref := (item.get("valueFrom") or {}).get("fieldRef"):
             env[name] = field_ref(pod, ref.get("fieldPath", ""))
     return env
@@ -99,6 +142,7 @@ class PodRun:
         self.task: asyncio.Task[None] | None = None
         self.terminating = False
         self.gpu_env: dict[str, dict[str, str]] = {}  # container -> its devices (the device plugin)
+        self.resolves: Resolver | None = None  # cluster DNS names to this host (set by the cluster)
 
     def running_processes(self) -> list[asyncio.subprocess.Process]:
         return [
@@ -139,14 +183,13 @@ class PodRun:
         if grace_seconds > 0:
             await self.run_pre_stop_hooks(grace_seconds)
         self.signal_all(signal.SIGTERM)
-        processes = self.running_processes()
-        if processes and grace_seconds > 0:
+        running = [run for run in self.containers.values() if run.process is not None and not run.exited.is_set()]
+        if running and grace_seconds > 0:
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.gather(*(p.wait() for p in processes)), timeout=grace_seconds)
+                await asyncio.wait_for(asyncio.gather(*(run.exited.wait() for run in running)), timeout=grace_seconds)
         self.signal_all(signal.SIGKILL)
-        for process in self.running_processes():
-            with contextlib.suppress(ProcessLookupError):
-                await process.wait()
+        for run in running:
+            await run.exited.wait()
 
     async def run_container(
         self, pod: dict[str, Any], container: dict[str, Any], api: tuple[str, int]
@@ -160,12 +203,14 @@ class PodRun:
         if not command:
             return self._cannot_run(run, "no command: the emulator runs command/args as a local process")
         try:
-            run.process = await asyncio.create_subprocess_exec(
-                *command,
+            run.process, run.exited = await start_process(
+                command,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
                 stdin=asyncio.subprocess.DEVNULL,
-                env=with_devices(container_env(pod, container, *api), self.gpu_env.get(container["name"], {})),
+                env=with_devices(
+                    container_env(pod, container, *api, resolves=self.resolves), self.gpu_env.get(container["name"], {})
+                ),
                 cwd=cwd,
                 start_new_session=True,  # its own process group, so signals reach its children too
             )
@@ -173,7 +218,9 @@ class PodRun:
             return self._cannot_run(run, f'exec: "{command[0]}": {error.strerror or error}')
         run.started.set()
         reader = asyncio.get_running_loop().create_task(self._read_output(run, run.process))
-        code = await run.process.wait()
+        await run.exited.wait()
+        code = run.process.returncode
+        assert code is not None
         kill_container(run.process.pid)  # PID 1 is gone: so is its container
         await reader
         run.exit_code = 128 - code if code < 0 else code  # killed by signal N -> 128 + N

@@ -7,7 +7,9 @@ refuses, with the same ``Status`` bodies and codes.
 
 from __future__ import annotations
 
+import json
 import re
+import secrets
 import uuid
 from datetime import datetime, timezone
 from typing import Any
@@ -16,7 +18,18 @@ from airflow_gpu.accelerators.quantities import parse_quantity
 
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-RESTART_POLICIES = ("Always", "OnFailure", "Never")
+DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+DNS_LABEL_MESSAGE = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and "
+    "end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+#: The alphabet and length of the random suffix of ``generateName`` (apimachinery ``utilrand.String``,
+#: ``names.SimpleNameGenerator``): no vowels, no look-alike digits, and the base cut to 58 characters.
+NAME_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+NAME_SUFFIX_LENGTH = 5
+MAX_GENERATED_NAME_LENGTH = 63 - NAME_SUFFIX_LENGTH
+RESTART_POLICIES = ("Always", "OnFailure", "Never")  # in the order of the API server's message
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
@@ -37,6 +50,20 @@ def timestamp_nano(moment: datetime | None = None) -> str:
 
 def new_uid() -> str:
     return str(uuid.uuid4())
+
+
+def generate_name(base: str) -> str:
+    """A name from ``metadata.generateName`` as the API server makes it: the base (cut to 58
+    characters) and five random characters of ``NAME_SUFFIX_ALPHABET``."""
+    base = base[:MAX_GENERATED_NAME_LENGTH]
+    return base + "".join(secrets.choice(NAME_SUFFIX_ALPHABET) for _ in range(NAME_SUFFIX_LENGTH))
+
+
+def name_from_generate_name(obj: dict[str, Any]) -> None:
+    """Fill ``metadata.name`` from ``generateName`` when only the latter is given."""
+    metadata = obj.setdefault("metadata", {})
+    if isinstance(metadata, dict) and not metadata.get("name") and isinstance(metadata.get("generateName"), str):
+        metadata["name"] = generate_name(metadata["generateName"])
 
 
 class ApiError(Exception):
@@ -86,20 +113,91 @@ def bad_request(message: str) -> ApiError:
     return ApiError(400, "BadRequest", message)
 
 
-def invalid(kind: str, name: str, causes: list[dict[str, str]]) -> ApiError:
+def conflict(plural: str, name: str, message: str, group: str = "") -> ApiError:
+    return ApiError(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {plural}{"." + group if group else ""} "{name}": {message}',
+        {"name": name, "kind": plural, **({"group": group} if group else {})},
+    )
+
+
+def invalid(kind: str, name: str, causes: list[dict[str, str]], group: str = "") -> ApiError:
+    """422 Invalid, as ``errors.NewInvalid``: ``Job.batch "x" is invalid: field: message``."""
     summary = ", ".join(f"{c['field']}: {c['message']}" for c in causes)
     if len(causes) > 1:
         summary = f"[{summary}]"
-    return ApiError(
-        422,
-        "Invalid",
-        f'{kind} "{name}" is invalid: {summary}',
-        {"name": name, "kind": kind, "causes": causes},
-    )
+    qualified = f"{kind}.{group}" if group else kind
+    details: dict[str, Any] = {"name": name, "kind": kind, "causes": causes}
+    if group:
+        details["group"] = group
+    return ApiError(422, "Invalid", f'{qualified} "{name}" is invalid: {summary}', details)
 
 
 def _cause(reason: str, field: str, message: str) -> dict[str, str]:
     return {"reason": reason, "message": message, "field": field}
+
+
+def go_value(value: Any) -> str:
+    """A bad value as ``field.Error`` prints it: strings quoted (``%q``), numbers and booleans bare."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float, str)):
+        return json.dumps(value)
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+# The field errors of apimachinery's ``validation/field`` package, worded as ``Error.ErrorBody`` words them.
+
+
+def required(field: str, detail: str = "") -> dict[str, str]:
+    return _cause("FieldValueRequired", field, f"Required value: {detail}" if detail else "Required value")
+
+
+def invalid_value(field: str, value: Any, detail: str) -> dict[str, str]:
+    return _cause("FieldValueInvalid", field, f"Invalid value: {go_value(value)}: {detail}")
+
+
+def invalid_omitted(field: str, detail: str) -> dict[str, str]:
+    """``field.Invalid(path, field.OmitValueType{}, detail)``: no value printed."""
+    return _cause("FieldValueInvalid", field, f"Invalid value: {detail}")
+
+
+def not_supported(field: str, value: Any, supported: list[str]) -> dict[str, str]:
+    values = ", ".join(json.dumps(v) for v in supported)
+    return _cause("FieldValueNotSupported", field, f"Unsupported value: {go_value(value)}: supported values: {values}")
+
+
+def duplicate(field: str, value: Any) -> dict[str, str]:
+    return _cause("FieldValueDuplicate", field, f"Duplicate value: {go_value(value)}")
+
+
+def forbidden(field: str, detail: str) -> dict[str, str]:
+    return _cause("FieldValueForbidden", field, f"Forbidden: {detail}")
+
+
+def non_negative(spec: dict[str, Any], key: str, path: str) -> list[dict[str, str]]:
+    """``ValidateNonnegativeField`` on an optional integer field (a non-integer is a decoding error)."""
+    value = spec.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, int) or isinstance(value, bool):
+        return [invalid_value(f"{path}.{key}", value, "must be an integer")]
+    return [invalid_value(f"{path}.{key}", value, "must be greater than or equal to 0")] if value < 0 else []
+
+
+def dns_label_causes(field: str, value: Any) -> list[dict[str, str]]:
+    """``IsDNS1123Label``: at most 63 characters, lower case alphanumerics and '-'."""
+    if not isinstance(value, str):
+        return [invalid_value(field, value, DNS_LABEL_MESSAGE)]
+    causes = []
+    if len(value) > 63:
+        causes.append(invalid_value(field, value, "must be no more than 63 characters"))
+    if not DNS_LABEL.match(value):
+        causes.append(invalid_value(field, value, DNS_LABEL_MESSAGE))
+    return causes
 
 
 def validate_metadata(obj: dict[str, Any], namespaced: bool) -> list[dict[str, str]]:
@@ -165,18 +263,24 @@ def validate_pod(pod: dict[str, Any]) -> list[dict[str, str]]:
     spec = pod.get("spec")
     if not isinstance(spec, dict):
         return [*causes, _cause("FieldValueRequired", "spec", "Required value")]
+    return causes + validate_pod_spec(spec, "spec")
+
+
+def validate_pod_spec(spec: dict[str, Any], path: str) -> list[dict[str, str]]:
+    """``ValidatePodSpec``'s commonly failed checks, at ``path`` (``spec`` or ``spec.template.spec``)."""
+    causes: list[dict[str, str]] = []
     containers = spec.get("containers")
     if not isinstance(containers, list) or not containers:
-        causes.append(_cause("FieldValueRequired", "spec.containers", "Required value"))
+        causes.append(_cause("FieldValueRequired", f"{path}.containers", "Required value"))
         containers = []
     names: set[str] = set()
     for kind in ("initContainers", "containers"):
         entries = spec.get(kind) or []
         if not isinstance(entries, list):
-            causes.append(_cause("FieldValueInvalid", f"spec.{kind}", "Invalid value: must be a list"))
+            causes.append(_cause("FieldValueInvalid", f"{path}.{kind}", "Invalid value: must be a list"))
             continue
         for index, container in enumerate(entries):
-            where = f"spec.{kind}[{index}]"
+            where = f"{path}.{kind}[{index}]"
             if not isinstance(container, dict):
                 causes.append(_cause("FieldValueInvalid", where, "Invalid value: must be an object"))
                 continue
@@ -218,12 +322,17 @@ def validate_pod(pod: dict[str, Any]) -> list[dict[str, str]]:
                     causes.append(_cause("FieldValueInvalid", f"{where}.resources.requests[{resource}]", message))
     policy = spec.get("restartPolicy")
     if policy is not None and policy not in RESTART_POLICIES:
-        causes.append(_cause("FieldValueNotSupported", "spec.restartPolicy", f"Unsupported value: {policy!r}"))
+        causes.append(not_supported(f"{path}.restartPolicy", policy, list(RESTART_POLICIES)))
     grace = spec.get("terminationGracePeriodSeconds")
     if grace is not None and (not isinstance(grace, int) or isinstance(grace, bool) or grace < 0):
-        causes.append(_cause("FieldValueInvalid", "spec.terminationGracePeriodSeconds", "Invalid value: must be >= 0"))
+        causes.append(
+            _cause("FieldValueInvalid", f"{path}.terminationGracePeriodSeconds", "Invalid value: must be >= 0")
+        )
+    for key in ("hostname", "subdomain"):  # the kubelet names the pod's host and domain after them
+        if spec.get(key) not in (None, ""):
+            causes += dns_label_causes(f"{path}.{key}", spec[key])
     for index, toleration in enumerate(spec.get("tolerations") or []):
-        where = f"spec.tolerations[{index}]"
+        where = f"{path}.tolerations[{index}]"
         if not isinstance(toleration, dict):
             causes.append(_cause("FieldValueInvalid", where, "Invalid value: must be an object"))
             continue
@@ -237,5 +346,5 @@ def validate_pod(pod: dict[str, Any]) -> list[dict[str, str]]:
     if node_selector is not None and (
         not isinstance(node_selector, dict) or not all(isinstance(v, str) for v in node_selector.values())
     ):
-        causes.append(_cause("FieldValueInvalid", "spec.nodeSelector", "Invalid value: must map strings to strings"))
+        causes.append(_cause("FieldValueInvalid", f"{path}.nodeSelector", "Invalid value: must map strings to strings"))
     return causes

@@ -89,3 +89,26 @@ def field_matcher(selector: str | None) -> Callable[[Mapping[str, Any]], bool]:
 
 def _field_check(path: str, negate: bool, value: str) -> Callable[[Mapping[str, Any]], bool]:
     return lambda obj: (_field(obj, path) == value) is not negate
+
+
+def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """A ``metav1.LabelSelector`` (``matchLabels`` and ``matchExpressions``) against labels, as
+    ``LabelSelectorAsSelector`` reads it: an empty selector matches everything, none matches nothing."""
+    if selector is None:
+        return False
+    match_labels = selector.get("matchLabels") or {}
+    if any(labels.get(key) != value for key, value in match_labels.items()):
+        return False
+    for expression in selector.get("matchExpressions") or []:
+        key, operator = expression.get("key"), expression.get("operator")
+        values = expression.get("values") or []
+        value = labels.get(key) if isinstance(key, str) else None
+        if operator == "In" and value not in values:
+            return False
+        if operator == "NotIn" and value is not None and value in values:
+            return False
+        if operator == "Exists" and value is None:
+            return False
+        if operator == "DoesNotExist" and value is not None:
+            return False
+    return True

@@ -2,7 +2,9 @@
 
 Every change gets the next global resourceVersion and is appended to a history, so a watch that
 starts from a resourceVersion replays what it missed, as the real API server does. Only the
-emulator's event loop touches the store.
+emulator's event loop touches the store. Controllers (the Job controller, the garbage collector)
+``subscribe`` to every change, as informers do; a listener only queues work, it never changes the
+store while being told of a change.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from airflow_gpu.testing.kubernetes.objects import already_exists, new_uid, not_
 
 Obj = dict[str, Any]
 Key = tuple[str, str, str]  # plural, namespace ("" if cluster-scoped), name
+Listener = Callable[[str, str, Obj], None]  # (plural, ADDED|MODIFIED|DELETED, the stored object)
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,11 @@ class Store:
         self._version = 0
         self._history: list[tuple[int, str, str, Obj]] = []  # (rv, plural, type, object)
         self._watches: list[Watch] = []
+        self._listeners: list[Listener] = []
+
+    def subscribe(self, listener: Listener) -> None:
+        """Call ``listener`` after every change (the object itself: read it, do not keep or change it)."""
+        self._listeners.append(listener)
 
     @property
     def resource_version(self) -> str:
@@ -77,6 +85,8 @@ class Store:
         for watch in self._watches:
             if watch.plural == plural and watch.namespace in (None, namespace) and watch.matches(obj):
                 watch.queue.put_nowait((event, copy.deepcopy(obj)))
+        for listener in self._listeners:
+            listener(plural, event, obj)
 
     def get(self, plural: str, namespace: str, name: str) -> Obj:
         obj = self._objects.get((plural, namespace, name))
@@ -97,7 +107,9 @@ class Store:
             if kind == plural and namespace in (None, ns) and (matches is None or matches(obj))
         ]
 
-    def create(self, plural: str, namespace: str, obj: Obj) -> Obj:
+    def create(self, plural: str, namespace: str, obj: Obj, keep_uid: bool = False) -> Obj:
+        """Store a new object; ``keep_uid`` when the registry had to give it its uid before (a Job's
+        generated selector names it)."""
         resource = RESOURCES[plural]
         metadata = obj.setdefault("metadata", {})
         name = metadata["name"]
@@ -106,7 +118,8 @@ class Store:
         obj["apiVersion"], obj["kind"] = resource.api_version, resource.kind
         if resource.namespaced:
             metadata["namespace"] = namespace
-        metadata["uid"] = new_uid()
+        if not (keep_uid and metadata.get("uid")):
+            metadata["uid"] = new_uid()
         metadata["creationTimestamp"] = timestamp()
         metadata["generation"] = 1
         metadata["resourceVersion"] = self._bump()
