@@ -14,7 +14,10 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip uv
 
+# torch first, with pip: the test extra pins it, and pip installs that pin as a CPU build here, where
+# uv would resolve the same pin to a CUDA build of several GB; uv then finds it installed.
 $(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install --quiet "torch==2.13.0"
 	$(BIN)/uv pip install --python $(BIN)/python --quiet -e ".[test]"
 	rm -f $(VENV)/.installed-* && touch $@
 

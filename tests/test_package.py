@@ -162,11 +162,22 @@ def test_example_dags_parse_without_errors_or_deprecations() -> None:
         bag = DagBag(dag_folder=str(Path(__file__).resolve().parent.parent / "dags"))
     assert bag.import_errors == {}
     assert not any(bag.captured_warnings.values()), bag.captured_warnings
+    # Airflow itself reads .airflowignore through pathspec's GitWildMatchPattern, which pathspec
+    # deprecates: not ours to fix (dags/.airflowignore keeps the training script out of the DagBag).
     deprecations = [
-        w for w in caught if "deprecat" in str(w.message).lower() or issubclass(w.category, DeprecationWarning)
+        w
+        for w in caught
+        if ("deprecat" in str(w.message).lower() or issubclass(w.category, DeprecationWarning))
+        and "GitWildMatchPattern" not in str(w.message)
     ]
     assert not deprecations, [f"{w.category.__name__}: {w.message} ({w.filename})" for w in deprecations]
-    assert set(bag.dags) == {"example_accelerator_spec", "gpu_fanout", "gpu_batch_train", "gpu_profile_showcase"}
+    assert set(bag.dags) == {
+        "example_accelerator_spec",
+        "gpu_fanout",
+        "gpu_batch_train",
+        "gpu_profile_showcase",
+        "accelerate_training",
+    }
     fanout = bag.dags["gpu_fanout"]
     assert fanout.get_task("score_shard").map_index_template == "shard {{ task.arguments[1] }}"
     assert fanout.get_task("score_shard").max_active_tis_per_dagrun == 3

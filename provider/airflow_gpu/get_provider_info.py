@@ -16,6 +16,7 @@ from airflow_gpu import __version__
 
 KUBERNETES = "GPU on Kubernetes"
 AWS_BATCH = "GPU on AWS Batch"
+ACCELERATE = "GPU training with Hugging Face Accelerate"
 
 
 def get_provider_info() -> dict[str, Any]:
@@ -39,10 +40,19 @@ def get_provider_info() -> dict[str, Any]:
                 "external-doc-url": "https://aws.amazon.com/batch/",
                 "tags": ["aws"],
             },
+            {
+                "integration-name": ACCELERATE,
+                "external-doc-url": "https://huggingface.co/docs/accelerate/basic_tutorials/launch",
+                "tags": ["software"],
+            },
         ],
         "operators": [
             {"integration-name": KUBERNETES, "python-modules": ["airflow_gpu.operators.kubernetes"]},
-            {"integration-name": AWS_BATCH, "python-modules": ["airflow_gpu.operators.batch"]},
+            {
+                "integration-name": AWS_BATCH,
+                "python-modules": ["airflow_gpu.operators.batch", "airflow_gpu.operators.accelerate_batch"],
+            },
+            {"integration-name": ACCELERATE, "python-modules": ["airflow_gpu.operators.accelerate"]},
         ],
         "hooks": [
             {"integration-name": KUBERNETES, "python-modules": ["airflow_gpu.hooks.kubernetes"]},

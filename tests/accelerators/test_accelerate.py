@@ -94,3 +94,21 @@ def test_what_is_accepted() -> None:
     assert launch(accelerator="L40S", mixed_precision="fp8").mixed_precision == "fp8"  # Ada: 8.9
     assert launch(accelerator="A10G:4", num_machines=2, target="batch", capacity="on-demand").num_machines == 2
     assert launch(accelerator="MI300X:8", mixed_precision="bf16").total_processes == 8  # AMD: not checked here
+
+
+def test_a_config_file_decides_what_was_not_asked_for_here() -> None:
+    """accelerate reads a config's distributed type and precision only where no flag gives them."""
+    got = flags(launch(accelerator="H100:8", accelerate_config_file="fsdp.yaml").argv())
+    assert got["--config_file"] == "fsdp.yaml" and got["--num_processes"] == "8"
+    assert not {"--multi_gpu", "--mixed_precision", "--dynamo_backend"} & set(got)
+    asked = flags(launch(accelerator="H100:8", accelerate_config_file="fsdp.yaml", mixed_precision="bf16").argv())
+    assert asked["--mixed_precision"] == "bf16"
+
+
+def test_deepspeed_on_several_machines_uses_the_standard_launcher_not_pdsh() -> None:
+    two = launch(accelerator="H100:8", num_machines=2, deepspeed_config="ds.json")
+    got = flags(two.argv(machine_rank="$JOB_COMPLETION_INDEX", main_process_ip="train-0.train"))
+    assert got["--deepspeed_multinode_launcher"] == "standard"
+    assert "--deepspeed_multinode_launcher" not in flags(
+        launch(accelerator="H100:8", deepspeed_config="ds.json").argv()
+    )

@@ -33,7 +33,7 @@ import pytest
 from airflow_gpu.testing.airflow_stack import AirflowStack
 from airflow_gpu.testing.polling import wait_for
 
-Backend = Literal["kubernetes", "batch"]
+Backend = Literal["kubernetes", "batch", "shared"]
 FINISHED = ("success", "failed")
 STACK_DAGS = Path(__file__).resolve().parent / "stack_dags"  # the scenario DAGs, beside the lifecycle ones
 
@@ -119,7 +119,8 @@ class PodWatch(threading.Thread):
 @dataclass(frozen=True)
 class Scenario:
     """One DAG run (or ``runs`` runs: the DAG's ``max_active_runs`` says whether they overlap) against
-    an emulator of its own, with ``conf`` added to the run's ``dag_run.conf``."""
+    an emulator of its own, with ``conf`` added to the run's ``dag_run.conf``. Backend ``shared``: the
+    stack's own ``kubernetes_default`` and ``aws_default`` emulators (an example DAG as shipped)."""
 
     dag_id: str
     backend: Backend
@@ -258,7 +259,8 @@ class ScenarioLauncher:
             workdir = self.root / scenario.dag_id
             workdir.mkdir(parents=True)
             run = self.runs[scenario.dag_id] = ScenarioRun(scenario, self.stack, self._emulator(scenario), workdir)
-            self._connect(scenario, run.emulator)
+            if scenario.backend != "shared":
+                self._connect(scenario, run.emulator)
             if scenario.backend == "kubernetes":
                 run.pods = PodWatch(run.emulator)
                 run.pods.start()
@@ -277,6 +279,8 @@ class ScenarioLauncher:
                 run.injector.start()
 
     def _emulator(self, scenario: Scenario) -> Any:
+        if scenario.backend == "shared":
+            return None
         if scenario.backend == "kubernetes":
             from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 
@@ -306,7 +310,8 @@ class ScenarioLauncher:
             if thread is not None:
                 thread.stop.set()
                 thread.join(timeout=30)
-        run.emulator.stop()
+        if run.emulator is not None:
+            run.emulator.stop()
 
     def close(self) -> None:
         """Finish every scenario (injector, then emulator with its processes), whatever fails."""

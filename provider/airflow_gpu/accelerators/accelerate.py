@@ -105,9 +105,14 @@ class AccelerateLaunch(BaseModel):
         if machines > 1 and self.target == "batch" and self.capacity in SPOT_CAPACITIES:
             raise AcceleratorSpecError(
                 "num_machines", machines, "AWS Batch multi-node parallel jobs do not run on Spot capacity",
-                ["capacity='on-demand'", "num_machines=1"],
+                ["job_queue=<an on-demand queue>", "num_machines=1"],
             )  # fmt: skip
-        if self.target == "local" and not Path(self.training_script).is_file():
+        if machines > 1 and self.target == "local":
+            raise AcceleratorSpecError(
+                "num_machines", machines, "target='local' is the worker, one machine",
+                ["target='kubernetes'", "target='batch'", "num_machines=1"],
+            )  # fmt: skip
+        if self.target == "local" and "{{" not in self.training_script and not Path(self.training_script).is_file():
             raise AcceleratorSpecError(
                 "training_script", self.training_script, "does not exist on this machine", ["a path to a file"]
             )
@@ -134,11 +139,19 @@ class AccelerateLaunch(BaseModel):
         """``accelerate launch ...`` for one machine: ``machine_rank`` and ``main_process_ip`` may be
         shell references (``"$JOB_COMPLETION_INDEX"``) that the target fills in."""
         args = ["accelerate", "launch"]
-        if self.accelerate_config_file:
-            args += ["--config_file", self.accelerate_config_file]
+        # With a config file, only what was asked for here is a flag: accelerate reads the config's
+        # distributed type, precision and dynamo backend only where no flag gives them.
+        configured, asked = self.accelerate_config_file is not None, self.model_fields_set
+        if configured:
+            args += ["--config_file", str(self.accelerate_config_file)]
         args += ["--num_processes", str(self.total_processes), "--num_machines", str(self.num_machines)]
-        args += ["--mixed_precision", self.mixed_precision, "--dynamo_backend", self.dynamo_backend or "no"]
-        if self.gpus_per_machine == 0 and self.total_processes == 1:
+        if not configured or "mixed_precision" in asked:
+            args += ["--mixed_precision", self.mixed_precision]
+        if not configured or "dynamo_backend" in asked:
+            args += ["--dynamo_backend", self.dynamo_backend or "no"]
+        if configured and not self.distributes_itself:
+            pass  # the config's distributed type (it may be FSDP or DeepSpeed)
+        elif self.gpus_per_machine == 0 and self.total_processes == 1:
             args.append("--cpu")
         elif self.total_processes > 1 and not self.distributes_itself:
             args.append("--multi_gpu")  # also gloo on CPU, with ACCELERATE_USE_CPU (environment())
@@ -149,12 +162,18 @@ class AccelerateLaunch(BaseModel):
                 args += [f"--fsdp_{key}", str(value).lower() if isinstance(value, bool) else str(value)]
         if self.deepspeed_config is not None:
             args += ["--use_deepspeed", "--deepspeed_config_file", self.deepspeed_config]
+            if self.num_machines > 1:  # else pdsh over a hostfile, which pods and Batch nodes do not have
+                args += ["--deepspeed_multinode_launcher", "standard"]
         if self.num_machines > 1:
             if main_process_ip is None:
                 raise ValueError("a launch on several machines needs main_process_ip")
             args += ["--machine_rank", str(machine_rank), "--main_process_ip", main_process_ip]
         args += ["--main_process_port", str(self.main_process_port)]
         return [*args, self.training_script, *self.script_args]
+
+    def on_cpu(self) -> AccelerateLaunch:
+        """The same launch on a machine without GPUs (a laptop, a CPU worker): as many processes, over gloo."""
+        return self.model_copy(update={"accelerator": None, "num_processes": self.total_processes})
 
     def environment(self) -> dict[str, str]:
         """What the launcher needs beside its flags: CPU processes over gloo."""

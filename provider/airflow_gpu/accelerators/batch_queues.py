@@ -35,6 +35,8 @@ class QueueOffer:
     capacity: str  # "spot", "on-demand" or "mixed"
     offers: tuple[InstanceOffer, ...]
     unknown: tuple[str, ...] = ()
+    #: Whether a compute environment of the queue is Fargate (no GPUs, no multi-node jobs).
+    fargate: bool = False
 
     def can_run(self, accelerator: Accelerator) -> bool:
         """Whether a listed instance type carries the accelerator (``unknown`` aside)."""

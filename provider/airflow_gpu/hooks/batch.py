@@ -147,7 +147,9 @@ class GPUBatchHook(BatchClientHook):
             for e in environments
             if e.get("type") == "UNMANAGED" or not (e.get("computeResources") or {}).get("instanceTypes")
         ]
-        return QueueOffer(queues[0]["jobQueueName"], capacity, offers, (*unmanaged, *unreadable_types(types, offers)))
+        fargate = bool(kinds & {"FARGATE", "FARGATE_SPOT"})
+        unknown = (*unmanaged, *unreadable_types(types, offers))
+        return QueueOffer(queues[0]["jobQueueName"], capacity, offers, unknown, fargate=fargate)
 
     # --- logs -----------------------------------------------------------------------------
 

@@ -181,11 +181,15 @@ class GPUBatchOperator(BatchOperator):
         i = self.spot_run.placement.candidate
         retry = spot_batch.retry_strategy(self.spot)
         profiler = bundle.environment() if self.gpu_profile else None  # too big for the overrides
-        definition = batch_job.job_definition(
-            self.images[i], self.placements[i], retry, str(self.candidates[i]), environment=profiler
+        definition = self._job_definition(
+            batch_job.job_definition(self.images[i], self.placements[i], retry, str(self.candidates[i]), profiler)
         )
         name = batch_job.batch_name(context["ti"].dag_id, self.task_id, self.candidates[i].type)
         return self.gpu_hook.register_job_definition_once(name, definition)
+
+    def _job_definition(self, definition: dict[str, Any]) -> dict[str, Any]:
+        """RegisterJobDefinition's arguments as registered (a multi-node job reshapes them)."""
+        return definition
 
     def submit_job(self, context: Context) -> None:
         """SubmitJob for the run's placement; the operator's own fields stay as the user rendered them."""
@@ -201,11 +205,9 @@ class GPUBatchOperator(BatchOperator):
             "jobQueue": self._queue_for(placement),
             "jobDefinition": self._definition(context),
             "tags": {**(self.tags or {}), **batch_job.identity_tags(context["ti"])},
-            "containerOverrides": self._overrides(placement),
             "timeout": {"attemptDurationSeconds": self.submit_job_timeout} if self.submit_job_timeout else None,
+            **self._submission_overrides(placement),
         }
-        if refusal := batch_job.overrides_too_long(args["containerOverrides"]):
-            raise AirflowFailException(refusal)
         self.log.info("Submitting %s on %s to queue %s", args["jobName"], self.accelerator, args["jobQueue"])
         try:
             self.job_id = self.gpu_hook.api.submit_job(**trim_none_values(args))["jobId"]
@@ -216,6 +218,13 @@ class GPUBatchOperator(BatchOperator):
         context["ti"].xcom_push(key=JOB_ID_XCOM_KEY, value=self.job_id)
         job = self.gpu_hook.describe_job(str(self.job_id), self.poll_interval)
         persist_job_links(context, self, self.gpu_hook, job)
+
+    def _submission_overrides(self, placement: Placement) -> dict[str, Any]:
+        """SubmitJob's overrides: the container's (a multi-node job has its nodes' instead)."""
+        overrides = self._overrides(placement)
+        if refusal := batch_job.overrides_too_long(overrides):
+            raise AirflowFailException(refusal)
+        return {"containerOverrides": overrides}
 
     def _overrides(self, placement: Placement) -> dict[str, Any]:
         """The container overrides; with ``gpu_profile`` the command runs under the profiler."""
@@ -281,7 +290,7 @@ class GPUBatchOperator(BatchOperator):
         job = self.gpu_hook.describe_job(str(self.job_id), self.poll_interval)
         while True:
             if self.awslogs_enabled:
-                self.logs.follow(job)
+                self.logs.follow(self._log_job(job))
             if job["status"] in FINAL:
                 return job
             if clock.expired(job["status"], time.monotonic()):
@@ -309,10 +318,11 @@ class GPUBatchOperator(BatchOperator):
             workload=job["jobId"],
             location=spot_batch.queue_name(job),
         )
-        persist_log_link(context, self, self.gpu_hook, job)
+        logged = self._log_job(job)
+        persist_log_link(context, self, self.gpu_hook, logged)
         if decision.action == "succeed":
             try:
-                result = self._result(context, job)
+                result = self._result(context, logged)
             except AirflowFailException:  # a result line that is not JSON ends this try too; any other
                 save_run(context, STATE_KEY, self.spot_run, open_=False)  # error leaves the job to a retry
                 raise
@@ -320,20 +330,24 @@ class GPUBatchOperator(BatchOperator):
             publish(context, self.spot_run, spot_batch.queue_name(job))
             return result
         if self.gpu_profile:  # a failed or reclaimed job's profile too: an out-of-memory shows there
-            output = self.gpu_hook.read_output(job, self.log_lag, result=False, profile=self._wrapped)
-            self._publish_profile(context, job, output)
+            output = self.gpu_hook.read_output(logged, self.log_lag, result=False, profile=self._wrapped)
+            self._publish_profile(context, logged, output)
         log_interruptions(self.log, self.spot_run, decision, job["jobId"])
         publish(context, self.spot_run, spot_batch.queue_name(job))
         if decision.action != "resubmit":
-            self._flush_logs(job, settle=True)  # the traceback, say, may still be on its way
+            self._flush_logs(logged, settle=True)  # the traceback, say, may still be on its way
             save_run(context, STATE_KEY, self.spot_run, open_=False)
             fail(self.spot_run, decision)
         if self._killing:  # on_kill meanwhile: nothing more is submitted
             raise AirflowException(f"the task was killed; job {job['jobId']} is not replaced")
         if not self.deferrable:  # a deferred task prints them once the next job is submitted
-            self.logs.retire(job)
+            self.logs.retire(logged)
         save_run(context, STATE_KEY, self.spot_run)
         return _RESUBMIT
+
+    def _log_job(self, job: dict[str, Any]) -> dict[str, Any]:
+        """The job whose attempts hold the log streams: the job itself (a multi-node job's main node)."""
+        return job
 
     def _result(self, context: Context, job: dict[str, Any]) -> Any:
         """The last result line of the successful attempt (waiting out ingestion lag), else the job id;
@@ -450,7 +464,7 @@ class GPUBatchOperator(BatchOperator):
         if result is not _RESUBMIT:
             return result
         self.submit_job(context)
-        self._flush_logs(job, settle=True)  # the replacement is on its way meanwhile
+        self._flush_logs(self._log_job(job), settle=True)  # the replacement is on its way meanwhile
         self._defer(context)
         return None
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from airflow_gpu.utils.results import PROFILE_XCOM_KEY, WorkloadOutput
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_gpu.accelerators.spec import Accelerator
+    from airflow_gpu.profiling.report import Backend
     from airflow_gpu.spot.run import SpotRun
 
 ENV_PROFILE_INTERVAL = "AIRFLOW_GPU_PROFILE_INTERVAL"
@@ -63,18 +64,20 @@ def publish_profile(
     context: Context,
     output: WorkloadOutput | None,
     *,
-    run: SpotRun,
+    run: SpotRun | None,
     accelerator: Accelerator,
     workload: str | None,
     instance_type: str | None,
     log: logging.Logger | Any,
     capacity: str | None = None,
     unread: str | None = None,
+    backend: str | None = None,
 ) -> dict[str, Any] | None:
     """Build XCom ``gpu_profile`` for the workload that just ended, say in the task log what it shows.
 
     ``output`` is None when the log could not be read; ``unread`` then says why. ``capacity`` is the
-    capacity the workload got, where the backend tells (else the run's placement says it).
+    capacity the workload got, where the backend tells (else the run's placement says it). Without
+    a spot ``run`` (the worker itself), ``backend`` names where it ran.
     """
     from airflow_gpu.profiling.report import build_profile
 
@@ -89,11 +92,11 @@ def publish_profile(
         document = build_profile(
             output.profile if output is not None else None,
             accelerator=accelerator,
-            capacity=capacity or run.capacity,
-            backend=run.backend,
+            capacity=capacity or (run.capacity if run is not None else None),
+            backend=cast("Backend", backend or (run.backend if run is not None else "local")),
             workload=workload,
             instance_type=instance_type,
-            interruptions=len(run.interruptions),
+            interruptions=len(run.interruptions) if run is not None else 0,
             warning=warning,
         )
         context["ti"].xcom_push(key=PROFILE_XCOM_KEY, value=document)

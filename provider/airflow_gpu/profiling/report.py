@@ -31,7 +31,7 @@ from airflow_gpu.profiling.advice import advise
 from airflow_gpu.profiling.payload import clean as clean_payload
 from airflow_gpu.profiling.payload import finite, finite_number
 
-Backend = Literal["kubernetes", "batch"]
+Backend = Literal["kubernetes", "batch", "local"]
 VERSION = 1
 
 #: The payload's fields, as a document without a profile holds them (so pages need no special case).

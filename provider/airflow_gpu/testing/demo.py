@@ -8,8 +8,10 @@ real Airflow (api-server, scheduler, dag-processor, triggerer on SQLite) whose
 training job's spot host while they run, shows the task states as they change, and prints each
 task's result and interruptions. Then ``gpu_profile_showcase`` runs once on each backend (two
 profiled shards each) and the demo prints the GPU Profile report of each run beside the UI URL and
-the login. It then keeps running for you to look around in the UI until Ctrl-C; with
-``DEMO_ONCE=1`` it exits after the runs, non-zero if one failed.
+the login, while ``accelerate_training`` trains a tiny model with ``accelerate launch`` on the
+worker, on two Kubernetes machines and on two Batch nodes, and the demo prints each loss curve.
+It then keeps running for you to look around in the UI until Ctrl-C; with ``DEMO_ONCE=1`` it exits
+after the runs, non-zero if one failed.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 DAG_ID = "gpu_fanout"
 BATCH_DAG_ID = "gpu_batch_train"
 PROFILE_DAG_ID = "gpu_profile_showcase"
+TRAINING_DAG_ID = "accelerate_training"
 PASSWORD = "airflow-gpu-demo"
 
 
@@ -110,6 +113,29 @@ def report(stack: AirflowStack, run_id: str, log: Any) -> None:
         for item in interruptions:
             log(f"           interrupted: {item['reason']} on {item['workload']} -> {item['next']}")
     log(f"  reduce   {json.dumps(stack.xcom(DAG_ID, run_id, 'reduce'))}")
+
+
+def start_training(stack: AirflowStack, workdir: Path, log: Any) -> str:
+    """``accelerate_training`` on the worker, Kubernetes and Batch (no CUDA there: gloo on CPU)."""
+    stack.wait_for_dag(TRAINING_DAG_ID)
+    conf = {"emulated": True, "epochs": 4, "checkpoint_root": str(workdir / "checkpoints")}
+    run_id = stack.trigger(TRAINING_DAG_ID, conf)
+    log(f"\nTriggered {TRAINING_DAG_ID}: accelerate launch of a tiny model, 2 processes each on the worker, "
+        "2 Kubernetes machines (an Indexed Job) and 2 Batch nodes (a multi-node parallel job).")  # fmt: skip
+    return run_id
+
+
+def finish_training(stack: AirflowStack, run_id: str, log: Any) -> str:
+    state = watch_run(stack, run_id, log, dag_id=TRAINING_DAG_ID)
+    log("\nTraining:")
+    for task in ("train_on_worker", "train_on_kubernetes", "train_on_batch"):
+        result = stack.xcom(TRAINING_DAG_ID, run_id, task) or {}
+        losses = result.get("losses") or [None]
+        log(
+            f"  {task:<20} ranks {result.get('ranks')} on machines {result.get('machines')}: "
+            f"loss {losses[0]} -> {losses[-1]}"
+        )
+    return state
 
 
 def run_showcase(stack: AirflowStack, log: Any) -> str:
@@ -193,8 +219,10 @@ def main(argv: list[str] | None = None) -> int:
             report(stack, run_id, log)
             report_batch(stack, batch_run, log)
             state = state if state != "success" else (batch_state or ["timed out"])[0]
+            training = start_training(stack, workdir, log)
             profiled = run_showcase(stack, log)
-            state = state if state != "success" else profiled
+            trained = finish_training(stack, training, log)
+            state = next((s for s in (state, profiled, trained) if s != "success"), "success")
             log(f"\nRuns {state}. Airflow UI: {stack.url}/dags  (login: admin / {PASSWORD})")
             if args.once:
                 return 0 if state == "success" else 1

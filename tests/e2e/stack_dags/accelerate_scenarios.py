@@ -1,0 +1,45 @@
+"""AccelerateTrainOperator scenarios run on the shared stack by tests/e2e/test_accelerate_training.py.
+
+``accelerate_kubernetes_preempt`` trains two machines (an Indexed Job) on spot H100 nodes of its
+own Kubernetes emulator (connection ``k8s_accelerate_kubernetes_preempt``); the test reclaims the
+rank-1 machine mid-run. The emulated machines have no CUDA, so the processes use gloo on CPU.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_gpu.operators.accelerate import AccelerateTrainOperator
+from airflow_gpu.spot.policy import SpotPolicy
+
+SCRIPT = str(Path(__file__).resolve().parent / "training" / "tiny_regression.py")
+
+with DAG(
+    "accelerate_kubernetes_preempt",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["e2e-scenario"],
+):
+    AccelerateTrainOperator(
+        task_id="train",
+        target="kubernetes",
+        kubernetes_conn_id="k8s_accelerate_kubernetes_preempt",
+        namespace="default",
+        training_script=SCRIPT,
+        # Long enough epochs that the reclaim lands mid-run; the checkpoint lets the new Job resume.
+        script_args=["--epochs", "6", "--epoch-seconds", "1", "--checkpoint-dir", "{{ dag_run.conf['workdir'] }}/ckpt"],
+        accelerator="H100",
+        image="huggingface/accelerate:gpu-release-1.15.0",
+        num_machines=2,
+        main_process_port=29530,  # every emulated machine is this host: not the example DAG's ports
+        capacity="spot",
+        spot=SpotPolicy(max_interruptions=2, grace_period_seconds=5),
+        env={"ACCELERATE_USE_CPU": "1"},
+        poll_interval=0.5,
+        retry_delay=timedelta(seconds=1),
+    )

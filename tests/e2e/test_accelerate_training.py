@@ -1,0 +1,141 @@
+"""``AccelerateTrainOperator`` end to end: real ``accelerate launch`` runs of a tiny PyTorch model.
+
+* The shipped ``accelerate_training`` example DAG on the shared stack: two CPU processes on the
+  worker, two machines as an Indexed Job on the stack's Kubernetes emulator, two nodes as a
+  multi-node parallel job on its AWS Batch emulator. Each training's return value (XCom) must show
+  both ranks, the machines they ran on, and a falling loss.
+* A two-machine Job on spot nodes whose rank-1 machine is reclaimed mid-run: the whole Job is
+  created again (one interruption, counted once for the Job), and the training resumes from its
+  checkpoint and finishes with a falling loss. Watched over the whole run: no two Jobs' pods alive
+  at once, and nothing left behind.
+
+The emulated machines have no CUDA: the processes rendezvous over gloo on CPU, through the same
+flags a GPU run gets (``--multi_gpu``, ``--machine_rank``, ``--main_process_ip``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from airflow_gpu.testing.batch.emulator import BatchEmulator
+from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
+from tests.e2e.scenarios import Injector, Scenario, ScenarioRun, scenarios
+
+pytestmark = pytest.mark.slow
+
+JOB_LABEL = "airflow-gpu/training-job"
+INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+def api(emulator: KubernetesEmulator) -> client.ApiClient:
+    return config.new_client_from_config(str(emulator.kubeconfig_path))
+
+
+def assert_trained(result: dict[str, Any], machines: list[int]) -> None:
+    """Both ranks ran, on the machines expected, and the loss went down."""
+    assert result["ranks"] == [0, 1] and result["world_size"] == 2, result
+    assert result["machines"] == machines, result
+    losses = result["losses"]
+    assert len(losses) >= 2 and losses[-1] < losses[0] / 2, losses
+
+
+class RankOneReclaimer(Injector):
+    """Reclaims the rank-1 machine of the first training Job once it has trained an epoch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reclaimed: list[str] = []
+
+    def inject(self) -> None:
+        core = client.CoreV1Api(api(self.emulator))
+        while not self.reclaimed and not self.stop.is_set():
+            for pod in core.list_namespaced_pod("default", label_selector=f"{INDEX}=1").items:
+                if pod.status.phase != "Running":
+                    continue
+                log = core.read_namespaced_pod_log(pod.metadata.name, "default", _preload_content=False).data
+                if b"rank 1 epoch 0" in log:
+                    self.emulator.preempt(pod.metadata.name)
+                    self.reclaimed.append(pod.metadata.name)
+                    break
+            self.stop.wait(0.2)
+
+
+@scenarios(Scenario("accelerate_training", "shared", conf={"emulated": True, "epochs": 3}))
+def test_the_example_trains_on_the_worker_on_kubernetes_and_on_batch(
+    scenario_run: ScenarioRun,
+    airflow_stack: tuple[Any, KubernetesEmulator],
+    stack_batch_emulator: BatchEmulator,
+) -> None:
+    run = scenario_run
+    states = {t["task_id"]: t["state"] for t in run.task_instances()}
+    assert states == dict.fromkeys(("train_on_worker", "train_on_kubernetes", "train_on_batch", "report"), "success")
+    worker = run.xcom(task_id="train_on_worker")
+    assert_trained(worker, machines=[0])
+    assert worker["device"] == "cpu"  # no GPU on the worker: the same launch on CPU
+    assert_trained(run.xcom(task_id="train_on_kubernetes"), machines=[0, 1])
+    assert_trained(run.xcom(task_id="train_on_batch"), machines=[0, 1])
+
+    # Kubernetes: an Indexed Job of two pods, each the rank its completion index says; all gone now.
+    log = run.log(task_id="train_on_kubernetes")
+    assert "Created Indexed Job" in log and "[machine 1] rank 1 epoch 0" in log
+    emulator = airflow_stack[1]
+    jobs = client.BatchV1Api(api(emulator)).list_namespaced_job("default", label_selector="task_id=train_on_kubernetes")
+    assert jobs.items == []
+    core = client.CoreV1Api(api(emulator))
+    assert core.list_namespaced_pod("default", label_selector=JOB_LABEL).items == []
+    assert core.list_namespaced_service("default", label_selector=JOB_LABEL).items == []
+
+    # Batch: one multi-node parallel job of two nodes on the on-demand queue, from nodeProperties.
+    batch = stack_batch_emulator.client("batch")
+    job_id = run.xcom("batch_job_id", task_id="train_on_batch")
+    job = batch.describe_jobs(jobs=[job_id])["jobs"][0]
+    assert job["status"] == "SUCCEEDED" and job["jobQueue"].endswith("/gpu-on-demand")
+    definition = batch.describe_job_definitions(jobDefinitions=[job["jobDefinition"]])["jobDefinitions"][0]
+    assert definition["type"] == "multinode" and definition["nodeProperties"]["numNodes"] == 2
+    assert definition["nodeProperties"]["mainNode"] == 0
+    nodes = batch.describe_jobs(jobs=[f"{job_id}#0", f"{job_id}#1"])["jobs"]
+    assert sorted((n["nodeDetails"]["nodeIndex"], n["nodeDetails"]["isMainNode"]) for n in nodes) == [
+        (0, True),
+        (1, False),
+    ]
+
+
+@scenarios(Scenario("accelerate_kubernetes_preempt", "kubernetes", injector=RankOneReclaimer))
+def test_a_reclaimed_machine_restarts_the_whole_job_which_resumes(scenario_run: ScenarioRun) -> None:
+    run = scenario_run
+    assert [(t["try_number"], t["state"]) for t in run.tries()] == [(1, "success")]
+    assert isinstance(run.injector, RankOneReclaimer) and len(run.injector.reclaimed) == 1
+    result = run.xcom()
+    assert_trained(result, machines=[0, 1])
+    assert result["attempt"] == 2 and result["start_epoch"] >= 1  # the second Job resumed from the checkpoint
+    interruptions = run.xcom("gpu_interruptions")
+    assert [(i["outcome"], i["capacity"]) for i in interruptions] == [("preempted", "spot")]
+
+    # Over the whole run: two Jobs of two pods each, never alive at the same time.
+    assert run.pods is not None
+    jobs: dict[str, set[str]] = {}
+    alive: dict[str, str] = {}
+    for kind, pod in run.pods.events:
+        labels = pod["metadata"].get("labels") or {}
+        job, name = labels.get(JOB_LABEL), pod["metadata"]["name"]
+        if job is None:
+            continue
+        jobs.setdefault(job, set()).add(name)
+        if kind == "DELETED" or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            alive.pop(name, None)
+            continue
+        alive[name] = job
+        assert set(alive.values()) == {job}, f"pods of two training Jobs alive at once: {alive}"
+    assert [len(pods) for pods in jobs.values()] == [2, 2], jobs
+    assert run.injector.reclaimed[0] in next(iter(jobs.values()))
+
+    log = run.log()
+    assert "GPU interruption 1: preempted" in log and "Creating the training Job again" in log
+    batch = client.BatchV1Api(api(run.emulator))
+    assert batch.list_namespaced_job("default").items == []
+    core = client.CoreV1Api(api(run.emulator))
+    assert core.list_namespaced_pod("default", label_selector=JOB_LABEL).items == []
+    assert core.list_namespaced_service("default", label_selector=JOB_LABEL).items == []
