@@ -57,7 +57,7 @@ else:
             peer = socket.create_connection((address, port), timeout=5)
             break
         except OSError:
-            time.sleep(0.05)
+            time.sleep(0.05)  # the workload retries its connect until the main node listens, as clients do
     peer.sendall(("hello from node " + os.environ["AWS_BATCH_JOB_NODE_INDEX"]).encode())
     print("child heard:", peer.recv(100).decode(), flush=True)
 """

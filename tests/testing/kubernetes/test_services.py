@@ -84,7 +84,7 @@ CLIENT = (
     "    try:\n"
     "        peer = socket.create_connection((os.environ['MAIN'], int(os.environ['PORT'])), timeout=1); break\n"
     "    except OSError:\n"
-    "        time.sleep(0.05)\n"
+    "        time.sleep(0.05)  # the workload retries until index 0 listens, as clients do\n"
     "print(os.environ['MAIN'], peer.recv(100).decode())\n"
 )
 
