@@ -16,6 +16,7 @@ DESIGN.md):
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -170,6 +171,16 @@ class AccelerateLaunch(BaseModel):
             args += ["--machine_rank", str(machine_rank), "--main_process_ip", main_process_ip]
         args += ["--main_process_port", str(self.main_process_port)]
         return [*args, self.training_script, *self.script_args]
+
+    def command(self, machine_rank: str, main_process_ip: str) -> list[str]:
+        """The container command of one machine: ``argv()`` as is on one machine; on several, through
+        a shell that fills in the rank and the main machine's address when the machine starts
+        (``machine_rank`` and ``main_process_ip`` are shell words, e.g. ``'"$JOB_COMPLETION_INDEX"'``)."""
+        if self.num_machines == 1:
+            return self.argv()
+        rank, address = "@@RANK@@", "@@MAIN@@"
+        script = shlex.join(self.argv(machine_rank=rank, main_process_ip=address))
+        return ["/bin/sh", "-c", "exec " + script.replace(rank, machine_rank).replace(address, main_process_ip)]
 
     def on_cpu(self) -> AccelerateLaunch:
         """The same launch on a machine without GPUs (a laptop, a CPU worker): as many processes, over gloo."""

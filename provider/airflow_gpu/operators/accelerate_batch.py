@@ -15,7 +15,6 @@ supported on Spot, nor on Fargate), which ``AccelerateLaunch`` refuses at parse 
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -23,11 +22,9 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_gpu.accelerators import batch_job
 from airflow_gpu.operators.batch import GPUBatchOperator
-from airflow_gpu.operators.delegation import inside, outside_the_users_dag
+from airflow_gpu.operators.delegation import DelegatedRun, outside_the_users_dag
 
 if TYPE_CHECKING:
-    from airflow.sdk import Context
-
     from airflow_gpu.accelerators.accelerate import AccelerateLaunch
     from airflow_gpu.spot.policy import Capacity, Placement
 
@@ -37,17 +34,6 @@ MAIN_ADDRESS = (
     "$(python3 -c 'import socket; print(socket.gethostbyname(socket.gethostname()))')}\""
 )
 MAIN_NODE = 0
-
-
-def launch_command(launch: AccelerateLaunch) -> list[str]:
-    """``accelerate launch`` as is on one machine; on several, through a shell that fills in the
-    node's rank and the main node's address when the node starts."""
-    if launch.num_machines == 1:
-        return launch.argv()
-    rank, address = "@@RANK@@", "@@MAIN@@"
-    script = shlex.join(launch.argv(machine_rank=rank, main_process_ip=address))
-    script = script.replace(rank, '"$AWS_BATCH_JOB_NODE_INDEX"').replace(address, MAIN_ADDRESS)
-    return ["/bin/sh", "-c", "exec " + script]
 
 
 def backend_operator(
@@ -69,7 +55,7 @@ def backend_operator(
     cls = GPUBatchOperator if launch.num_machines == 1 else MultiNodeBatchOperator
     operator = cls(
         **outside_the_users_dag(),
-        command=launch_command(launch),
+        command=launch.command('"$AWS_BATCH_JOB_NODE_INDEX"', MAIN_ADDRESS),
         environment={**given, **launch.environment(), **env},
         **arguments,
     )
@@ -78,20 +64,7 @@ def backend_operator(
 
 
 def runner(operator: GPUBatchOperator, launch: AccelerateLaunch, *, poll_interval: float, log: Any) -> Any:
-    return BatchTraining(operator)
-
-
-class BatchTraining:
-    """The operator's own ``execute``, for one job or one multi-node job."""
-
-    def __init__(self, operator: GPUBatchOperator) -> None:
-        self.op = operator
-
-    def run(self, context: Context) -> Any:
-        return inside(self.op, self.op.execute, context)
-
-    def on_kill(self) -> None:
-        self.op.on_kill()
+    return DelegatedRun(operator)
 
 
 class MultiNodeBatchOperator(GPUBatchOperator):

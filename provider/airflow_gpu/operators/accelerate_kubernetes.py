@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import re
 import secrets
-import shlex
 import threading
 import time
 from collections.abc import Mapping
@@ -35,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_gpu.operators.delegation import inside, outside_the_users_dag
+from airflow_gpu.operators.delegation import DelegatedRun, outside_the_users_dag
 from airflow_gpu.operators.spot_task import bad_result, fail, log_interruptions, publish
 from airflow_gpu.spot.classifier import Classification, Outcome, classify_deleted_pod, classify_pod
 from airflow_gpu.utils.results import read_output
@@ -67,17 +66,6 @@ CAUSE_ORDER = (
 DELETE_WAIT_SECONDS = 60.0
 
 
-def launch_command(launch: AccelerateLaunch) -> list[str]:
-    """The container command: ``accelerate launch`` as is on one machine; on several, through a shell
-    that fills in the rank and the main machine's address when the pod starts."""
-    if launch.num_machines == 1:
-        return launch.argv()
-    rank, address = "@@RANK@@", "@@MAIN@@"
-    script = shlex.join(launch.argv(machine_rank=rank, main_process_ip=address))
-    script = script.replace(rank, '"$JOB_COMPLETION_INDEX"').replace(address, f'"${ENV_MAIN_ADDRESS}"')
-    return ["/bin/sh", "-c", "exec " + script]
-
-
 def backend_operator(
     launch: AccelerateLaunch, kwargs: Mapping[str, Any], env: Mapping[str, str], *, capacity: Capacity | None
 ) -> GPUKubernetesOperator:
@@ -92,7 +80,7 @@ def backend_operator(
     arguments.setdefault("name", arguments["task_id"])
     return GPUKubernetesOperator(
         **outside_the_users_dag(),
-        cmds=launch_command(launch),
+        cmds=launch.command('"$JOB_COMPLETION_INDEX"', f'"${ENV_MAIN_ADDRESS}"'),
         env_vars={**given, **launch.environment(), **env},
         capacity=capacity,
         **arguments,
@@ -102,21 +90,8 @@ def backend_operator(
 def runner(operator: GPUKubernetesOperator, launch: AccelerateLaunch, *, poll_interval: float, log: Any) -> Any:
     """What runs the launch: the operator's own pod for one machine, an Indexed Job for several."""
     if launch.num_machines == 1:
-        return SinglePod(operator)
+        return DelegatedRun(operator)
     return IndexedJobTraining(operator, launch, poll_interval, log)
-
-
-class SinglePod:
-    """One machine: ``GPUKubernetesOperator`` runs it, deferrals and reattachment included."""
-
-    def __init__(self, operator: GPUKubernetesOperator) -> None:
-        self.op = operator
-
-    def run(self, context: Context) -> Any:
-        return inside(self.op, self.op.execute, context)
-
-    def on_kill(self) -> None:
-        self.op.on_kill()
 
 
 def _dns_label(text: str, limit: int) -> str:

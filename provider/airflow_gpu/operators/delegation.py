@@ -34,3 +34,17 @@ def outside_the_users_dag() -> dict[str, Any]:
 
     holder = DAG(dag_id="airflow_gpu_inner_operator", schedule=None)
     return {"dag": holder, "task_group": holder.task_group}
+
+
+class DelegatedRun:
+    """A workload that one GPU operator runs whole (one pod, one Batch job): its ``execute``, deferrals
+    and reattachment included, and its ``on_kill``."""
+
+    def __init__(self, operator: Any) -> None:
+        self.op = operator
+
+    def run(self, context: Any) -> Any:
+        return inside(self.op, self.op.execute, context)
+
+    def on_kill(self) -> None:
+        self.op.on_kill()
