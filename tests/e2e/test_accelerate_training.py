@@ -139,3 +139,18 @@ def test_a_reclaimed_machine_restarts_the_whole_job_which_resumes(scenario_run: 
     core = client.CoreV1Api(api(run.emulator))
     assert core.list_namespaced_pod("default", label_selector=JOB_LABEL).items == []
     assert core.list_namespaced_service("default", label_selector=JOB_LABEL).items == []
+
+
+@scenarios(Scenario("accelerate_kubernetes_deferrable", "kubernetes"))
+def test_one_machine_defers_to_the_triggerer_and_resumes_through_the_training_operator(
+    scenario_run: ScenarioRun,
+) -> None:
+    """The pod is GPUKubernetesOperator's, deferred: the task comes back through
+    AccelerateTrainOperator.resume_execution, which hands the event to that operator."""
+    run = scenario_run
+    assert [(t["try_number"], t["state"]) for t in run.tries()] == [(1, "success")]
+    assert run.trigger_log(), "the task never deferred"
+    result = run.xcom()
+    assert result["ranks"] == [0] and result["losses"][-1] < result["losses"][0]
+    assert run.xcom("gpu_accelerator")["accelerator"] == "L4"
+    assert run.xcom("gpu_profile")["backend"] == "kubernetes"

@@ -43,3 +43,26 @@ with DAG(
         poll_interval=0.5,
         retry_delay=timedelta(seconds=1),
     )
+
+with DAG(
+    "accelerate_kubernetes_deferrable",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["e2e-scenario"],
+):
+    # One machine is GPUKubernetesOperator's own pod, deferred to the triggerer while it trains.
+    AccelerateTrainOperator(
+        task_id="train",
+        target="kubernetes",
+        kubernetes_conn_id="k8s_accelerate_kubernetes_deferrable",
+        namespace="default",
+        deferrable=True,
+        training_script=SCRIPT,
+        script_args=["--epochs", "3"],
+        accelerator="L4",
+        image="huggingface/accelerate:gpu-release-1.15.0",
+        main_process_port=29540,
+        env={"ACCELERATE_USE_CPU": "1"},
+        poll_interval=1,
+    )
