@@ -12,6 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
+from airflow_gpu.testing.kubernetes import config_data, pod_exec
 from airflow_gpu.testing.kubernetes import patch as patching
 from airflow_gpu.testing.kubernetes.cluster import NodeSpec
 from airflow_gpu.testing.kubernetes.cluster_state import ClusterState
@@ -102,7 +103,13 @@ async def api_groups(request: web.Request) -> web.Response:
 
 #: ``kubectl get all`` kinds and short names, as the real discovery lists them.
 CATEGORIES = {"pods": ["all"], "services": ["all"], "jobs": ["all"]}
-SHORT_NAMES = {"pods": ["po"], "services": ["svc"], "nodes": ["no"], "namespaces": ["ns"], "events": ["ev"]}
+SHORT_NAMES = {
+    "pods": ["po"], "services": ["svc"], "nodes": ["no"], "namespaces": ["ns"], "events": ["ev"],
+    "serviceaccounts": ["sa"],
+}  # fmt: skip
+#: Kinds whose storage has no ``DeleteCollection``: the namespace registry does not offer it.
+NO_DELETE_COLLECTION = frozenset({"namespaces"})
+VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 
 
 def _subresource(name: str, kind: str, verbs: list[str]) -> dict[str, Any]:
@@ -119,7 +126,7 @@ def _resource_list(group_version: str) -> dict[str, Any]:
             "singularName": r.kind.lower(),
             "namespaced": r.namespaced,
             "kind": r.kind,
-            "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+            "verbs": [v for v in VERBS if v != "deletecollection" or r.plural not in NO_DELETE_COLLECTION],
         }
         for key, table in (("shortNames", SHORT_NAMES), ("categories", CATEGORIES)):
             if r.plural in table:
@@ -129,6 +136,7 @@ def _resource_list(group_version: str) -> dict[str, Any]:
     if group_version == "v1":
         resources += [
             _subresource("pods/log", "Pod", ["get"]),
+            _subresource("pods/exec", "PodExecOptions", ["create", "get"]),
             _subresource("pods/status", "Pod", status_verbs),
             _subresource("pods/eviction", "Eviction", ["create"]),
             _subresource("services/status", "Service", status_verbs),
@@ -221,13 +229,18 @@ async def create(request: web.Request) -> web.Response:
     name_from_generate_name(body)
     metadata = body["metadata"]
     causes = validate_metadata(body, resource.namespaced)
+    if resource.plural in config_data.PLURALS:  # no spec, no status
+        causes += config_data.admit(resource.plural, body)
+    elif resource.plural != "serviceaccounts":  # a ServiceAccount has neither either
+        body.setdefault("spec", {})
+        body.setdefault("status", {})
     if causes:
         raise invalid(resource.kind, str(metadata.get("name") or ""), causes)
-    body.setdefault("spec", {})
-    body.setdefault("status", {})
     created = state.store.create(resource.plural, namespace, body)
     if resource.plural == "nodes":
         state.schedule_soon()
+    elif resource.plural == "namespaces":  # the ServiceAccount controller's first act
+        state.service_accounts.ensure_default(created["metadata"]["name"])
     return _json(created, 201)
 
 
@@ -293,7 +306,48 @@ async def delete(request: web.Request) -> web.Response:
     state = _state(request)
     resource, namespace, name = _key(request)
     options = DeleteOptions.parse(request.query, await _body(request))
-    return _json(state.delete_object(resource.plural, namespace, name, options))
+    answer = state.delete_object(resource.plural, namespace, name, options)
+    if resource.plural == "pods" and options.grace_period_seconds == 0:
+        await state.deleted(namespace, name)
+    return _json(answer)
+
+
+async def delete_collection(request: web.Request) -> web.Response:
+    """``deletecollection``: DELETE on a list URL, as the generic registry's ``DeleteCollection``.
+
+    The objects the selectors (``labelSelector``, ``fieldSelector``) match are each deleted with the
+    request's ``DeleteOptions``; one already gone is skipped. The answer is the list as it was read
+    before deleting (``PodList``, ``JobList``...: ``Store.DeleteCollection`` returns ``listObj``).
+    Namespaces have no ``deletecollection`` (405, as the API server answers a verb it lacks).
+    """
+    state, resource = _state(request), _resource(request)
+    namespace = request.match_info.get("namespace")
+    if namespace is not None and not resource.namespaced:
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+    if resource.plural in NO_DELETE_COLLECTION or (resource.namespaced and namespace is None):
+        raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+    if namespace is not None:
+        state.store.get("namespaces", "", namespace)
+    options = DeleteOptions.parse(request.query, await _body(request))
+    items = copy.deepcopy(state.store.list(resource.plural, namespace, _matcher(request)))
+    for item in items:
+        metadata = item["metadata"]
+        try:
+            state.delete_object(resource.plural, metadata.get("namespace", ""), metadata["name"], options)
+        except ApiError as error:
+            if error.code != 404:  # deleted meanwhile is fine; any other error fails the request
+                raise
+    if resource.plural == "pods" and options.grace_period_seconds == 0:
+        for item in items:
+            await state.deleted(item["metadata"]["namespace"], item["metadata"]["name"])
+    return _json(
+        {
+            "kind": f"{resource.kind}List",
+            "apiVersion": resource.api_version,
+            "metadata": {"resourceVersion": state.store.resource_version},
+            "items": items,
+        }
+    )
 
 
 async def status(request: web.Request) -> web.Response:
@@ -366,6 +420,11 @@ async def pod_log(request: web.Request) -> web.StreamResponse:
     return response
 
 
+async def exec_command(request: web.Request) -> web.StreamResponse:
+    """``pods/exec`` over WebSocket (``pod_exec.py``)."""
+    return await pod_exec.pod_exec(request, _state(request))
+
+
 async def eviction(request: web.Request) -> web.Response:
     state = _state(request)
     namespace, name = request.match_info["namespace"], request.match_info["name"]
@@ -417,13 +476,15 @@ def build_app(state: ClusterState) -> web.Application:
     app.router.add_get("/readyz", healthz)
     app.router.add_get("/api", api_versions)
     app.router.add_get("/apis", api_groups)
-    app.router.add_get(core, core_resources)
-    app.router.add_get("/apis/batch/v1", batch_resources)
+    for slash in ("", "/"):  # the generated clients ask for /api/v1/ (get_api_resources)
+        app.router.add_get(core + slash, core_resources)
+        app.router.add_get("/apis/batch/v1" + slash, batch_resources)
     app.router.add_route("*", "/_emulator/{action}", control)
     for prefix in (core, batch):
         namespaced = prefix + "/namespaces/{namespace}/{plural}"
         app.router.add_get(namespaced, list_or_watch)
         app.router.add_post(namespaced, create)
+        app.router.add_delete(namespaced, delete_collection)
         for route in (namespaced + "/{name}", namespaced + "/{name}/status"):
             app.router.add_get(route, get if not route.endswith("status") else status)
             app.router.add_put(route, update)
@@ -431,10 +492,13 @@ def build_app(state: ClusterState) -> web.Application:
         app.router.add_delete(namespaced + "/{name}", delete)
         app.router.add_get(prefix + "/{plural}", list_or_watch)
         app.router.add_post(prefix + "/{plural}", create)
+        app.router.add_delete(prefix + "/{plural}", delete_collection)
         app.router.add_get(prefix + "/{plural}/{name}", get)
         app.router.add_put(prefix + "/{plural}/{name}", update)
         app.router.add_patch(prefix + "/{plural}/{name}", patch)
         app.router.add_delete(prefix + "/{plural}/{name}", delete)
     app.router.add_get(core + "/namespaces/{namespace}/pods/{name}/log", pod_log)
     app.router.add_post(core + "/namespaces/{namespace}/pods/{name}/eviction", eviction)
+    app.router.add_route("GET", core + "/namespaces/{namespace}/pods/{name}/exec", exec_command)
+    app.router.add_route("POST", core + "/namespaces/{namespace}/pods/{name}/exec", exec_command)
     return app

@@ -14,6 +14,13 @@ catalog, so the emulated nodes look like the ones the translations target.
         capacity: {cpu: "192", memory: 2048Gi}
         labels: {team: research}
         taints: [{key: dedicated, value: ml, effect: NoSchedule}]
+        arch: amd64                    # kubernetes.io/arch (amd64 unless given)
+    missing_images:                    # images that do not exist: ErrImagePull, ImagePullBackOff
+      - registry.example.com/team/trainer:no-such-tag
+
+Every node carries the labels every kubelet sets on its Node (``kubernetes.io/hostname`` = the
+node name, ``kubernetes.io/os=linux``, ``kubernetes.io/arch`` and their ``beta.kubernetes.io/``
+forms, still set by the 1.33 kubelet), so node selectors and affinities on them schedule.
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ from airflow_gpu.accelerators.kubernetes import DEVICE_TAINT_KEYS
 from airflow_gpu.accelerators.spec import Accelerator
 
 CAPACITY_TYPE_LABELS = {"spot": ("spot", "SPOT"), "on-demand": ("on-demand", "ON_DEMAND")}
+#: ``GOARCH`` values of the architectures Kubernetes releases node binaries for.
+ARCHITECTURES = ("amd64", "arm64", "arm", "ppc64le", "s390x", "386")
 
 
 @dataclass(frozen=True)
@@ -37,6 +46,7 @@ class NodeSpec:
     capacity: dict[str, str] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
     taints: tuple[dict[str, str], ...] = ()
+    arch: str = "amd64"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> NodeSpec:
@@ -48,6 +58,8 @@ class NodeSpec:
             )
         if data.get("capacity_type", "on-demand") not in CAPACITY_TYPE_LABELS:
             raise ValueError(f"node {data['name']!r}: capacity_type must be spot or on-demand")
+        if data.get("arch", "amd64") not in ARCHITECTURES:
+            raise ValueError(f"node {data['name']!r}: arch must be one of {', '.join(ARCHITECTURES)}")
         return cls(
             name=str(data["name"]),
             accelerator=data.get("accelerator"),
@@ -56,6 +68,7 @@ class NodeSpec:
             capacity={k: str(v) for k, v in (data.get("capacity") or {}).items()},
             labels={k: str(v) for k, v in (data.get("labels") or {}).items()},
             taints=tuple(data.get("taints") or ()),
+            arch=str(data.get("arch", "amd64")),
         )
 
     def to_node(self, index: int) -> dict[str, Any]:
@@ -63,7 +76,9 @@ class NodeSpec:
         labels = {
             "kubernetes.io/hostname": self.name,
             "kubernetes.io/os": "linux",
-            "kubernetes.io/arch": "amd64",
+            "beta.kubernetes.io/os": "linux",
+            "kubernetes.io/arch": self.arch,
+            "beta.kubernetes.io/arch": self.arch,
             "karpenter.sh/capacity-type": CAPACITY_TYPE_LABELS[self.capacity_type][0],
             "eks.amazonaws.com/capacityType": CAPACITY_TYPE_LABELS[self.capacity_type][1],
         }
@@ -106,7 +121,7 @@ class NodeSpec:
                     "kubeProxyVersion": "v1.33.0-airflow-gpu-emulator",
                     "containerRuntimeVersion": "local-process://1",
                     "operatingSystem": "linux",
-                    "architecture": "amd64",
+                    "architecture": self.arch,
                     "osImage": "airflow-gpu emulator",
                     "kernelVersion": "6.1.0",
                     "bootID": f"boot-{self.name}",
@@ -153,13 +168,21 @@ def accelerator_labels(spec: Accelerator) -> dict[str, str]:
 class ClusterSpec:
     name: str
     nodes: tuple[NodeSpec, ...]
+    #: Images no registry has: their containers fail to pull (``images.py``); all others "pull".
+    missing_images: tuple[str, ...] = ()
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], name: str = "custom") -> ClusterSpec:
         nodes = data.get("nodes")
         if not isinstance(nodes, list) or not nodes:
             raise ValueError("a cluster needs a non-empty 'nodes' list")
-        return cls(str(data.get("name", name)), tuple(NodeSpec.from_dict(n) for n in nodes))
+        unknown = sorted(set(data) - {"name", "nodes", "missing_images"})
+        if unknown:
+            raise ValueError(f"unknown cluster keys {unknown}; known: name, nodes, missing_images")
+        missing = data.get("missing_images") or []
+        if not isinstance(missing, list) or not all(isinstance(image, str) and image for image in missing):
+            raise ValueError("'missing_images' must be a list of image references")
+        return cls(str(data.get("name", name)), tuple(NodeSpec.from_dict(n) for n in nodes), tuple(missing))
 
     @classmethod
     def load(cls, source: str | Path) -> ClusterSpec:

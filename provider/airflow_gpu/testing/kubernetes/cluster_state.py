@@ -11,15 +11,15 @@ import asyncio
 import contextlib
 import copy
 import secrets
-import shutil
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow_gpu.testing.kubernetes import dns, services
+from airflow_gpu.testing.kubernetes import config_data, dns, services, volumes
 from airflow_gpu.testing.kubernetes.cluster import ClusterSpec, NodeSpec
 from airflow_gpu.testing.kubernetes.deletion import DeleteOptions, GarbageCollector, deletion_status
 from airflow_gpu.testing.kubernetes.device_plugin import DevicePlugin
+from airflow_gpu.testing.kubernetes.images import ImageRegistry, wait_for_images
 from airflow_gpu.testing.kubernetes.job_controller import DEFAULT_BACKOFF_SECONDS, JobController
 from airflow_gpu.testing.kubernetes.job_spec import default_job, job_invalid, validate_job, validate_job_update
 from airflow_gpu.testing.kubernetes.kubelet import PodRun, container_id, container_status
@@ -32,6 +32,7 @@ from airflow_gpu.testing.kubernetes.objects import (
     validate_pod,
 )
 from airflow_gpu.testing.kubernetes.scheduler import schedule
+from airflow_gpu.testing.kubernetes.service_accounts import ServiceAccountController, admit_pod
 from airflow_gpu.testing.kubernetes.store import Obj, Store
 
 NODE_SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
@@ -86,6 +87,7 @@ class ClusterState:
         self.api_host = api_host
         self.api_port = 0
         self.runs: dict[tuple[str, str], PodRun] = {}
+        self.mount_points: set[Path] = set()  # made on this host for containers' mounts (volumes.py)
         self.faults: list[dict[str, Any]] = []
         self._ip = 0
         self._scheduling = False
@@ -95,10 +97,13 @@ class ClusterState:
         self._final: dict[tuple[str, str], tuple[str, str]] = {}
         #: Deletions in progress (the kubelet's SIGTERM, grace period, removal), by pod.
         self._deleting: dict[tuple[str, str], asyncio.Task[Any]] = {}
+        self.service_accounts = ServiceAccountController(self.store)
+        self.images = ImageRegistry(cluster.missing_images)
         for namespace in ("default", "kube-system", "kube-public"):
             self.store.create(
                 "namespaces", "", {"metadata": {"name": namespace}, "spec": {}, "status": {"phase": "Active"}}
             )
+            self.service_accounts.ensure_default(namespace)
         self.devices = DevicePlugin()
         for index, node in enumerate(cluster.nodes):
             self.store.create("nodes", "", node.to_node(index))
@@ -111,6 +116,8 @@ class ClusterState:
 
     def create_pod(self, namespace: str, pod: Obj) -> Obj:
         self.store.get("namespaces", "", namespace)  # 404 for an unknown namespace, as the API does
+        if isinstance(pod.get("spec"), dict):  # admission runs before the registry names and validates
+            admit_pod(self.store, namespace, pod)
         name_from_generate_name(pod)
         metadata = pod["metadata"]
         causes = validate_pod(pod)
@@ -121,7 +128,6 @@ class ClusterState:
         spec.setdefault("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
         spec.setdefault("schedulerName", "default-scheduler")
         spec.setdefault("dnsPolicy", "ClusterFirst")
-        spec.setdefault("serviceAccountName", "default")
         pod["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
         created = self.store.create("pods", namespace, pod)
         self.schedule_soon()
@@ -162,6 +168,10 @@ class ClusterState:
             causes = services.keep_allocated(new, old) + services.validate_service(new)
             if causes:
                 raise invalid("Service", old["metadata"]["name"], causes)
+        elif plural in config_data.PLURALS:
+            causes = config_data.admit(plural, new)
+            if causes:
+                raise invalid("ConfigMap" if plural == "configmaps" else "Secret", old["metadata"]["name"], causes)
 
     def record_event(self, obj: Obj, kind: str, reason: str, message: str, component: str) -> None:
         """An Event about ``obj``; a repeat of the same reason and message counts up instead."""
@@ -283,10 +293,53 @@ class ClusterState:
         finally:  # the pod's GPUs are free again once its containers have stopped
             self.devices.release(namespace, name)
 
-    async def _run_containers(self, namespace: str, name: str, run: PodRun) -> None:
+    async def _mount_volumes(self, namespace: str, name: str, run: PodRun) -> bool:
+        """Make the pod's volumes, retrying while one cannot be made, as the kubelet's volume manager does.
+
+        Meanwhile the containers stay Waiting in ContainerCreating and each failure is a FailedMount
+        event. False when the pod went away first.
+        """
         pod = self._pod(namespace, name)
         assert pod is not None
+        if not volumes.namespaces_available():
+            containers = [*(pod["spec"].get("initContainers") or []), *pod["spec"]["containers"]]
+            if any(c.get("volumeMounts") for c in containers):
+                message = (
+                    'MountVolume.SetUp failed for volume "{}" : this machine gives no process its own mount namespace'
+                )
+                first = (pod["spec"].get("volumes") or [{"name": ""}])[0]["name"]
+                self.record_event(pod, "Warning", "FailedMount", message.format(first), "kubelet")
+                return False
+            return True
+        run.volumes = volumes.PodVolumes(pod, Path(run.workdir), self.mount_points)
+        lookup = self.store.find
+        delay = 0.5
+        while not run.terminating:
+            try:
+                run.volumes.prepare(lookup)  # in the loop: only the loop reads the store
+                return True
+            except volumes.MountError as error:
+                current = self._pod(namespace, name)
+                if current is None:
+                    return False
+                self.record_event(current, "Warning", "FailedMount", str(error), "kubelet")
+            for _ in range(int(delay * 10)):  # the kubelet's backoff, cut short by a deletion
+                if run.terminating:
+                    return False
+                await asyncio.sleep(0.1)
+            delay = min(delay * 2, 4.0)
+        return False
+
+    async def _run_containers(self, namespace: str, name: str, run: PodRun) -> None:
+        if not await self._mount_volumes(namespace, name, run):
+            return
+        pod = self._pod(namespace, name)
+        if pod is None:
+            return
         api = (self.api_host, self.api_port)
+        if not await wait_for_images(self, namespace, name, run, pod["spec"].get("initContainers") or [], init=True):
+            self._finish(namespace, name, run, init_failed=True)
+            return
         for container in pod["spec"].get("initContainers") or []:
             self._set_container_state(namespace, name, container, {"running": {"startedAt": timestamp()}}, init=True)
             state = await run.run_container(copy.deepcopy(pod), container, api)
@@ -315,7 +368,7 @@ class ClusterState:
             state = await starting
             self._set_container_state(namespace, name, container, {"terminated": state}, init=False)
 
-        if not run.terminating:
+        if not run.terminating and await wait_for_images(self, namespace, name, run, pod["spec"]["containers"], False):
             await asyncio.gather(*(one(c) for c in pod["spec"]["containers"]))
         self._finish(namespace, name, run)
 
@@ -372,7 +425,7 @@ class ClusterState:
                 await asyncio.shield(run.task)
             if delete:  # a pod left Failed keeps its logs readable, as on a real node
                 self.runs.pop((namespace, name), None)
-                shutil.rmtree(run.workdir, ignore_errors=True)
+                run.release()
             if pod["spec"].get("nodeName") and was_running:
                 self.record_event(pod, "Normal", "Killing", f"Stopping container {', '.join(run.names)}", "kubelet")
         pod = self.store.find("pods", namespace, name) or pod
@@ -482,6 +535,13 @@ class ClusterState:
 
         task.add_done_callback(forget)
         return pod
+
+    async def deleted(self, namespace: str, name: str) -> None:
+        """Wait for a deletion in progress to end: with ``gracePeriodSeconds=0`` the API server has
+        removed the pod when it answers (finalizers left keep it, marked, as they do there)."""
+        deleting = self._deleting.get((namespace, name))
+        if deleting is not None:
+            await asyncio.shield(deleting)
 
     def _mark_deleting(self, pod: Obj, grace: float) -> None:
         """What a DELETE answers at once: the pod with ``deletionTimestamp`` set.
@@ -714,6 +774,7 @@ class ClusterState:
                 run.task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await run.task
-            shutil.rmtree(run.workdir, ignore_errors=True)
+            run.release()
             self.runs.pop((namespace, name), None)
+        volumes.remove_mount_points(self.mount_points)
         self.store.stop_all_watches()

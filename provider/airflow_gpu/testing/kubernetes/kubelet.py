@@ -6,6 +6,12 @@ the pod log, exit codes to the container statuses, and deletion sends SIGTERM to
 main process, then SIGKILL to all its processes when the grace period is over, as the real
 kubelet does.
 
+Where the machine allows it (root; ``volumes.namespaces_available``), each container runs in its
+own mount and PID namespaces under ``container_init.py`` (PID 1, passing signals on), with its
+pod's volumes (``volumes.py``) bind-mounted at their mount paths; ``pod_exec.py`` and preStop
+hooks enter those namespaces. Elsewhere a container is a plain host process and a pod that mounts
+a volume fails its mount, as a kubelet reports it: it never runs without its volumes.
+
 Every pod shares this host's network and resolver, so cluster DNS names mean nothing to its
 processes. In their place the kubelet rewrites an environment value given literally (``env[].value``)
 that is exactly a name the pod could resolve on a cluster (``dns.resolves``: its own hostname, a headless Service or
@@ -18,7 +24,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,9 +38,53 @@ from airflow_gpu.testing.containers import kill_container
 from airflow_gpu.testing.gpus import with_devices
 from airflow_gpu.testing.kubernetes.dns import LOOPBACK, pod_hostname
 from airflow_gpu.testing.kubernetes.objects import now, timestamp, timestamp_nano
+from airflow_gpu.testing.kubernetes.volumes import PodVolumes
+
+#: Each container's main process: its own mount and PID namespaces, then ``container_init.py``.
+NAMESPACED = (
+    "unshare",
+    "--mount",
+    "--pid",
+    "--propagation",
+    "private",
+    "--fork",  # the fork is unshare's (C): a Python fork costs milliseconds
+    "--kill-child",
+    "--mount-proc",  # the PID namespace's own /proc, as in a container: ps, pgrep, the nvidia-smi shim
+    sys.executable,
+    "-I",
+    "-S",
+    str(Path(__file__).with_name("container_init.py")),
+)
 
 #: Host variables a container process inherits (a real container gets its image's instead).
 INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV", "PYTHONPATH", "SYSTEMROOT")
+
+
+async def read_status(fd: int) -> str:
+    """The error ``container_init.py`` reported on its status pipe, or "" once the command runs.
+
+    It writes ``S`` on success, ``F<message>`` on failure; EOF (``unshare`` gone) with neither is
+    a failure of its own.
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[str] = loop.create_future()
+    chunks: list[bytes] = []
+
+    def readable() -> None:
+        chunk = os.read(fd, 4096)
+        chunks.append(chunk)
+        received = b"".join(chunks)
+        if chunk and not received.startswith(b"S"):
+            return
+        loop.remove_reader(fd)
+        os.close(fd)
+        if received.startswith(b"S"):
+            done.set_result("")
+        else:
+            done.set_result(received[1:].decode("utf-8", errors="replace") or "the container's init exited")
+
+    loop.add_reader(fd, readable)
+    return await done
 
 
 class _ContainerProtocol(asyncio.subprocess.SubprocessStreamProtocol):
@@ -73,6 +125,18 @@ class ContainerRun:
     exit_code: int | None = None
     started_at: str | None = None
     finished_at: str | None = None
+    env: dict[str, str] = field(default_factory=dict)  # what its command got, for exec
+    namespaced: bool = False  # started under ``unshare`` + ``container_init.py`` (else a plain process)
+
+    def namespace_pid(self) -> int | None:
+        """The host PID of the container's PID 1 (the init ``container_init.py`` forked), or None."""
+        if not self.namespaced or self.process is None or self.process.returncode is not None:
+            return None
+        try:
+            children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text().split()
+        except OSError:
+            return None
+        return int(children[0]) if children else None
 
     def append(self, text: str) -> None:
         self.lines.append((timestamp_nano(), text))
@@ -143,6 +207,14 @@ class PodRun:
         self.terminating = False
         self.gpu_env: dict[str, dict[str, str]] = {}  # container -> its devices (the device plugin)
         self.resolves: Resolver | None = None  # cluster DNS names to this host (set by the cluster)
+        #: The pod's volumes, once made; None where this machine has no mount namespaces.
+        self.volumes: PodVolumes | None = None
+
+    def release(self) -> None:
+        """Undo what the pod left on this host: its volumes (tmpfs mounts) and its work directory."""
+        if self.volumes is not None:
+            self.volumes.release()
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
     def running_processes(self) -> list[asyncio.subprocess.Process]:
         return [
@@ -155,25 +227,34 @@ class PodRun:
         """SIGTERM goes to each container's main process only, as the runtime sends it to PID 1 (a
         shell that does not pass it on keeps its children running until SIGKILL); SIGKILL ends the
         whole container, children included."""
-        for process in self.running_processes():
+        for run in self.containers.values():
+            process = run.process
+            if process is None or process.returncode is not None:
+                continue
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 if signum == signal.SIGKILL:
                     kill_container(process.pid)
-                else:
-                    process.send_signal(signum)
+                else:  # to the container's PID 1 (``unshare`` blocks SIGTERM and SIGINT), which passes it on
+                    os.kill(run.namespace_pid() or process.pid, signum)
 
     async def run_pre_stop_hooks(self, grace_seconds: float) -> None:
         """``lifecycle.preStop.exec`` of running containers, within the grace period, as the kubelet does."""
         hooks = [
-            self.pre_stop[name]
+            (run, self.pre_stop[name])
             for name, run in self.containers.items()
             if self.pre_stop.get(name) and run.process is not None and run.process.returncode is None
         ]
-        for command in hooks:
+        for run, command in hooks:
             assert command is not None
+            pid = run.namespace_pid()  # in the container's namespaces, with its environment, as exec
+            prefix = ["nsenter", f"--target={pid}", "--mount", "--pid", "--"] if pid is not None else []
             with contextlib.suppress(OSError, asyncio.TimeoutError):
                 hook = await asyncio.create_subprocess_exec(
-                    *command, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+                    *prefix,
+                    *command,
+                    stdout=asyncio.subprocess.DEVNULL,
+                    stderr=asyncio.subprocess.DEVNULL,
+                    env=run.env or None,
                 )
                 await asyncio.wait_for(hook.wait(), timeout=max(grace_seconds, 1))
 
@@ -198,25 +279,57 @@ class PodRun:
         run = self.containers[container["name"]]
         command = argv(container)
         workdir = container.get("workingDir")
-        cwd = workdir if workdir and Path(workdir).is_dir() else self.workdir
         run.started_at = timestamp()
         if not command:
             return self._cannot_run(run, "no command: the emulator runs command/args as a local process")
+        env = with_devices(
+            container_env(pod, container, *api, resolves=self.resolves), self.gpu_env.get(container["name"], {})
+        )
+        run.env = env
+        if self.volumes is None:  # no mount namespaces on this machine: the host's file system
+            cwd = workdir if workdir and Path(workdir).is_dir() else self.workdir
+            launch, options = command, {"cwd": cwd}
+        else:
+            status_read, status_write = os.pipe()
+            run.namespaced = True
+            launch = [
+                *NAMESPACED,
+                str(status_write),
+                workdir or self.workdir,
+                self.workdir,
+                "1" if "LC_CTYPE" in env else "0",
+            ]
+            mounts = self.volumes.container_mounts(container)
+            launch += [
+                str(len(mounts)),
+                *(f for m in mounts for f in (m["source"], m["target"], "1" if m["readOnly"] else "0")),
+            ]
+            launch += ["--", *command]
+            options = {"cwd": self.workdir, "pass_fds": (status_write,)}
         try:
             run.process, run.exited = await start_process(
-                command,
+                launch,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
                 stdin=asyncio.subprocess.DEVNULL,
-                env=with_devices(
-                    container_env(pod, container, *api, resolves=self.resolves), self.gpu_env.get(container["name"], {})
-                ),
-                cwd=cwd,
-                start_new_session=True,  # its own process group, so signals reach its children too
+                env=env,
+                start_new_session=True,  # its own session: kill_container ends every process in it
+                **options,
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError, OSError) as error:
             return self._cannot_run(run, f'exec: "{command[0]}": {error.strerror or error}')
+        finally:
+            if self.volumes is not None:
+                os.close(status_write)
+        if self.volumes is not None:
+            failure = await read_status(status_read)
+            if failure:
+                await run.exited.wait()
+                kill_container(run.process.pid)
+                return self._cannot_run(run, failure)
         run.started.set()
+        if self.terminating:  # stopped while it was starting: nothing else would ever signal it
+            kill_container(run.process.pid)
         reader = asyncio.get_running_loop().create_task(self._read_output(run, run.process))
         await run.exited.wait()
         code = run.process.returncode

@@ -266,8 +266,28 @@ def validate_pod(pod: dict[str, Any]) -> list[dict[str, str]]:
     return causes + validate_pod_spec(spec, "spec")
 
 
+def decode_null_quantities(spec: dict[str, Any]) -> None:
+    """A quantity given as JSON ``null`` is zero, as the API server decodes it.
+
+    ``resource.Quantity.UnmarshalJSON`` turns ``null`` into the zero quantity and keeps the key, so
+    ``requests: {cpu: null}`` (what the Python client sends for ``V1ResourceRequirements(requests=
+    {"cpu": None})``, as ``KubernetesPodOperator`` can) is stored and served as ``cpu: "0"``. It is
+    the decoder's doing, before validation: every pod spec the emulator stores passes here.
+    """
+    for kind in ("initContainers", "containers"):
+        entries = spec.get(kind)
+        for container in entries if isinstance(entries, list) else []:
+            resources = container.get("resources") if isinstance(container, dict) else None
+            for section in ("limits", "requests"):
+                values = resources.get(section) if isinstance(resources, dict) else None
+                if isinstance(values, dict):
+                    for resource in [r for r, v in values.items() if v is None]:
+                        values[resource] = "0"
+
+
 def validate_pod_spec(spec: dict[str, Any], path: str) -> list[dict[str, str]]:
     """``ValidatePodSpec``'s commonly failed checks, at ``path`` (``spec`` or ``spec.template.spec``)."""
+    decode_null_quantities(spec)
     causes: list[dict[str, str]] = []
     containers = spec.get("containers")
     if not isinstance(containers, list) or not containers:

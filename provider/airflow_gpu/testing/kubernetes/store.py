@@ -44,6 +44,9 @@ RESOURCES: dict[str, Resource] = {
         Resource("pods", "Pod", "v1", True),
         Resource("events", "Event", "v1", True),
         Resource("services", "Service", "v1", True),
+        Resource("configmaps", "ConfigMap", "v1", True),
+        Resource("secrets", "Secret", "v1", True),
+        Resource("serviceaccounts", "ServiceAccount", "v1", True),
         Resource("jobs", "Job", "batch/v1", True),
     )
 }

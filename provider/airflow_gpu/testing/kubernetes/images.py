@@ -1,0 +1,121 @@
+"""Image pulls: every image "pulls", except those a cluster file declares missing.
+
+A container whose image is declared missing goes through what the kubelet's image manager
+(``pkg/kubelet/images/image_manager.go``, Kubernetes 1.33) and containerd show for an image that
+does not exist: events ``Pulling`` ("Pulling image "x""), ``Failed`` ("Failed to pull image "x":
+rpc error: code = NotFound desc = failed to pull and unpack image ...") and ``Failed`` ("Error:
+ErrImagePull"); the container waits with reason ``ErrImagePull`` and the runtime's message; then,
+until the back-off (10 s, doubling, at most 300 s) is over, ``BackOff`` ("Back-off pulling image
+"x"") and ``Failed`` ("Error: ImagePullBackOff"), the container waiting with reason
+``ImagePullBackOff`` and "Back-off pulling image "x": ErrImagePull: <the pull error>" (the
+previous error is appended since 1.32). The pod stays ``Pending``. That is what
+``KubernetesPodOperator`` reads to fail with "Image cannot be pulled, unable to start: ...".
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_gpu.testing.kubernetes.cluster_state import ClusterState
+    from airflow_gpu.testing.kubernetes.kubelet import PodRun
+
+DEFAULT_REGISTRY = "docker.io"
+DEFAULT_TAG = "latest"
+#: The image back-off of the kubelet (``backOffPeriod`` 10 s, ``MaxContainerBackOff`` 300 s).
+BACKOFF_SECONDS = 10.0
+MAX_BACKOFF_SECONDS = 300.0
+#: How long after a failed pull the kubelet's next sync shows ``ImagePullBackOff``.
+BACKOFF_SHOWN_AFTER_SECONDS = 1.0
+
+
+def with_default_tag(image: str) -> str:
+    """``applyDefaultImageTag``: ``:latest`` when the reference has neither tag nor digest."""
+    last = image.rsplit("/", 1)[-1]
+    return image if "@" in image or ":" in last else f"{image}:{DEFAULT_TAG}"
+
+
+def normalized(image: str) -> str:
+    """The fully qualified reference, as ``ParseNormalizedNamed`` makes it (``busybox`` is
+    ``docker.io/library/busybox:latest``)."""
+    reference = with_default_tag(image)
+    first, _, rest = reference.partition("/")
+    if not rest or ("." not in first and ":" not in first and first != "localhost"):
+        path = reference if rest else f"library/{reference}"
+        return f"{DEFAULT_REGISTRY}/{path}"
+    return reference
+
+
+def pull_error(image: str) -> str:
+    """containerd's answer for a reference that does not exist, as the CRI returns it."""
+    full = normalized(image)
+    return (
+        f'rpc error: code = NotFound desc = failed to pull and unpack image "{full}": '
+        f'failed to resolve reference "{full}": {full}: not found'
+    )
+
+
+def backoff_message(image: str) -> str:
+    """The waiting message of ``ImagePullBackOff``: the back-off and the previous pull error."""
+    return f'Back-off pulling image "{image}": ErrImagePull: {pull_error(image)}'
+
+
+class ImageRegistry:
+    """The images that exist, as far as the emulated nodes are concerned: all but ``missing``."""
+
+    def __init__(self, missing: Iterable[str] = ()) -> None:
+        self._missing = {normalized(image) for image in missing}
+
+    def exists(self, image: str) -> bool:
+        return normalized(image) not in self._missing
+
+
+def next_backoff(current: float) -> float:
+    return min(current * 2, MAX_BACKOFF_SECONDS)
+
+
+async def _sleep_unless_terminating(run: PodRun, seconds: float) -> bool:
+    """Wait ``seconds``; False as soon as the pod is being stopped (the kubelet gives up pulling)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while not run.terminating:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return True
+        await asyncio.sleep(min(remaining, 0.05))
+    return False
+
+
+async def wait_for_images(
+    state: ClusterState, namespace: str, name: str, run: PodRun, containers: list[dict[str, Any]], init: bool
+) -> bool:
+    """True when every image of ``containers`` exists; else pull, fail and back off, as the kubelet
+    does, until the pod is stopped (then False: its containers never start)."""
+    missing = [c for c in containers if not state.images.exists(str(c.get("image") or ""))]
+    backoff = BACKOFF_SECONDS
+    while missing and not run.terminating:
+        for waiting, wait in (("ErrImagePull", BACKOFF_SHOWN_AFTER_SECONDS), ("ImagePullBackOff", None)):
+            pod = state.store.find("pods", namespace, name)
+            if pod is None:
+                return False
+            for container in missing:
+                image = str(container.get("image"))
+                if waiting == "ErrImagePull":
+                    state.record_event(pod, "Normal", "Pulling", f'Pulling image "{image}"', "kubelet")
+                    failure = f'Failed to pull image "{image}": {pull_error(image)}'
+                    state.record_event(pod, "Warning", "Failed", failure, "kubelet")
+                    message = pull_error(image)
+                else:
+                    state.record_event(pod, "Normal", "BackOff", f'Back-off pulling image "{image}"', "kubelet")
+                    message = backoff_message(image)
+                state.record_event(pod, "Warning", "Failed", f"Error: {waiting}", "kubelet")
+                state._set_container_state(
+                    namespace, name, container, {"waiting": {"reason": waiting, "message": message}}, init
+                )
+            pause = wait if wait is not None else backoff - BACKOFF_SHOWN_AFTER_SECONDS
+            if not await _sleep_unless_terminating(run, pause):
+                return False
+        backoff = next_backoff(backoff)
+    return not missing
