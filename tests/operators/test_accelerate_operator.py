@@ -178,7 +178,7 @@ def test_on_kill_stops_the_launcher_and_every_rank_it_started(tmp_path: Path) ->
         f"pids = os.path.join({str(tmp_path)!r}, 'pids-' + os.environ['RANK'])\n"
         "open(pids, 'w').write(f'{os.getpid()} {child.pid}')\n"
         "print('training', flush=True)\n"
-        "time.sleep(300)\n"
+        "time.sleep(300)\n"  # a rank that trains until it is killed: the kill is under test
     )
     op = AccelerateTrainOperator(task_id="train", training_script=str(script), num_processes=2, main_process_port=29561)
     errors: list[BaseException] = []

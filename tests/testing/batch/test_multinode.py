@@ -220,6 +220,7 @@ def test_a_main_node_failure_retries_the_whole_job(emulator: BatchEmulator, batc
 
 
 def test_terminating_the_job_stops_every_node(emulator: BatchEmulator, batch: Any) -> None:
+    # Nodes that run until TerminateJob stops them: the termination is under test.
     forever = node_container([sys.executable, "-c", "import os, time; print(os.getpid(), flush=True); time.sleep(600)"])
     definition = register_multinode(batch, "forever", {"0:": forever}, num_nodes=2)
     job_id = batch.submit_job(jobName="forever", jobQueue="gpu-on-demand", jobDefinition=definition)["jobId"]

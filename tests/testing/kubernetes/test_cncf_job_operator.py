@@ -6,23 +6,12 @@ everything else is the operator's own code talking to the emulator over HTTP.
 
 from __future__ import annotations
 
-import types
-from typing import Any
-
 import pytest
 
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
+from tests.testing.kubernetes.official import Ti, context
 
 pytestmark = pytest.mark.slow  # imports KubernetesPodOperator (seconds)
-
-
-class Ti:
-    def __init__(self) -> None:
-        self.dag_id, self.task_id, self.run_id, self.try_number, self.map_index = "gpu_dag", "train", "manual__1", 1, -1
-        self.xcom: dict[str, Any] = {}
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.xcom[key] = value
 
 
 def test_an_indexed_job_through_the_cncf_operator(kubernetes_default_connection: KubernetesEmulator) -> None:
@@ -41,7 +30,7 @@ def test_an_indexed_job_through_the_cncf_operator(kubernetes_default_connection:
         config_file=str(kubernetes_default_connection.kubeconfig_path),
     )
     ti = Ti()
-    operator.execute({"ti": ti, "run_id": ti.run_id, "dag": types.SimpleNamespace(dag_id=ti.dag_id)})
+    operator.execute(context(ti))
     job = ti.xcom["job"]
     name = job["metadata"]["name"]
     assert name.startswith("job-train-") and ti.xcom["job_name"] == name

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,42 +22,10 @@ from airflow_gpu.testing.kubernetes.cluster import ClusterSpec
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 from airflow_gpu.testing.kubernetes.images import pull_error
 from tests.testing.kubernetes.conftest import phase_is, pod_manifest, wait_for
+from tests.testing.kubernetes.official import context, kpo
 
 MISSING_IMAGE = "registry.example.com/team/trainer:no-such-tag"
 NODE_LABELS = ("kubernetes.io/os", "beta.kubernetes.io/os", "kubernetes.io/arch", "beta.kubernetes.io/arch")
-
-
-class Ti:
-    def __init__(self) -> None:
-        self.dag_id, self.task_id, self.run_id, self.try_number, self.map_index = "gpu_dag", "train", "manual__1", 1, -1
-        self.xcom: dict[str, Any] = {}
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.xcom[key] = value
-
-
-def _context(ti: Ti) -> dict[str, Any]:
-    return {"ti": ti, "task_instance": ti, "run_id": ti.run_id, "dag": types.SimpleNamespace(dag_id=ti.dag_id)}
-
-
-def _kpo(emulator: KubernetesEmulator, **arguments: Any) -> Any:
-    """The official operator, configured as a user points it at a cluster (``config_file``)."""
-    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
-
-    defaults: dict[str, Any] = {
-        "task_id": "train",
-        "name": "train",
-        "namespace": "default",
-        "image": "python:3.12",
-        "cmds": ["sh", "-c", "echo done"],
-        "config_file": str(emulator.kubeconfig_path),
-        "in_cluster": False,
-        "get_logs": True,
-        "startup_check_interval_seconds": 1,
-        "on_finish_action": "keep_pod",
-        "log_events_on_startup": False,
-    }
-    return KubernetesPodOperator(**{**defaults, **arguments})
 
 
 def _only_pod(core: client.CoreV1Api, selector: str) -> client.V1Pod:
@@ -335,8 +302,8 @@ def test_other_images_pull_on_a_cluster_with_missing_images(missing_image_cluste
 
 @pytest.mark.slow
 def test_kpo_node_selector_on_the_os_label(kubernetes_emulator: KubernetesEmulator, core: client.CoreV1Api) -> None:
-    operator = _kpo(kubernetes_emulator, node_selector={"kubernetes.io/os": "linux"}, labels={"case": "os"})
-    operator.execute(_context(Ti()))
+    operator = kpo(kubernetes_emulator, node_selector={"kubernetes.io/os": "linux"}, labels={"case": "os"})
+    operator.execute(context())
     pod = _only_pod(core, "case=os")
     assert pod.status.phase == "Succeeded" and pod.spec.node_selector == {"kubernetes.io/os": "linux"}
 
@@ -353,7 +320,7 @@ def test_kpo_required_affinity_on_the_hostname(kubernetes_emulator: KubernetesEm
             required_during_scheduling_ignored_during_execution=k8s.V1NodeSelector(node_selector_terms=[term])
         )
     )
-    _kpo(kubernetes_emulator, affinity=affinity, labels={"case": "affinity"}).execute(_context(Ti()))
+    kpo(kubernetes_emulator, affinity=affinity, labels={"case": "affinity"}).execute(context())
     pod = _only_pod(core, "case=affinity")
     assert (pod.status.phase, pod.spec.node_name) == ("Succeeded", "cpu-1")
 
@@ -365,7 +332,7 @@ def test_kpo_container_resources_with_null_quantities(
     from kubernetes.client import models as k8s
 
     resources = k8s.V1ResourceRequirements(requests={"cpu": None, "memory": "128Mi"}, limits={"cpu": None})
-    _kpo(kubernetes_emulator, container_resources=resources, labels={"case": "nulls"}).execute(_context(Ti()))
+    kpo(kubernetes_emulator, container_resources=resources, labels={"case": "nulls"}).execute(context())
     pod = _only_pod(core, "case=nulls")
     assert pod.status.phase == "Succeeded"
     stored = pod.spec.containers[0].resources
@@ -376,9 +343,9 @@ def test_kpo_container_resources_with_null_quantities(
 def test_kpo_with_a_missing_service_account_is_refused(
     kubernetes_emulator: KubernetesEmulator, core: client.CoreV1Api
 ) -> None:
-    operator = _kpo(kubernetes_emulator, service_account_name="nobody", labels={"case": "sa"})
+    operator = kpo(kubernetes_emulator, service_account_name="nobody", labels={"case": "sa"})
     with pytest.raises(ApiException) as refused:
-        operator.execute(_context(Ti()))
+        operator.execute(context())
     assert refused.value.status == 403
     message = json.loads(refused.value.body)["message"]
     assert message.endswith(
@@ -389,12 +356,12 @@ def test_kpo_with_a_missing_service_account_is_refused(
 
 @pytest.mark.slow
 def test_kpo_on_kill_leaves_no_pod(kubernetes_emulator: KubernetesEmulator, core: client.CoreV1Api) -> None:
-    operator = _kpo(kubernetes_emulator, cmds=["sleep", "60"], labels={"case": "kill"}, termination_grace_period=0)
+    operator = kpo(kubernetes_emulator, cmds=["sleep", "60"], labels={"case": "kill"}, termination_grace_period=0)
     outcome: list[BaseException | None] = []
 
     def run() -> None:
         try:
-            operator.execute(_context(Ti()))
+            operator.execute(context())
             outcome.append(None)
         except BaseException as error:  # the pod it followed is gone: KPO fails, as on a cluster
             outcome.append(error)
@@ -418,9 +385,9 @@ def test_kpo_fails_with_its_pull_error_on_a_missing_image(missing_image_cluster:
     from airflow.providers.cncf.kubernetes.utils.pod_manager import PodLaunchFailedException
     from airflow.sdk.exceptions import AirflowException
 
-    operator = _kpo(missing_image_cluster, image=MISSING_IMAGE, labels={"case": "image"}, on_finish_action="delete_pod")
+    operator = kpo(missing_image_cluster, image=MISSING_IMAGE, labels={"case": "image"}, on_finish_action="delete_pod")
     with pytest.raises(AirflowException, match="returned a failure") as failed:
-        operator.execute(_context(Ti()))
+        operator.execute(context())
     launch = failed.value.__context__
     assert isinstance(launch, PodLaunchFailedException)
     reason, message = str(launch).removeprefix("Image cannot be pulled, unable to start: ").split("\n", 1)
@@ -438,7 +405,7 @@ def test_kpo_pods_cleaned_up_by_deleting_the_collection(
     kubernetes_emulator: KubernetesEmulator, core: client.CoreV1Api
 ) -> None:
     for task in ("first", "second"):
-        _kpo(kubernetes_emulator, task_id=task, name=task, labels={"cleanup": "me"}).execute(_context(Ti()))
+        kpo(kubernetes_emulator, task_id=task, name=task, labels={"cleanup": "me"}).execute(context())
     core.create_namespaced_pod("default", pod_manifest("bystander", ["true"]))
     assert len(core.list_namespaced_pod("default", label_selector="cleanup=me").items) == 2
     answer = _raw(core.delete_collection_namespaced_pod("default", label_selector="cleanup=me", _preload_content=False))

@@ -8,7 +8,6 @@ its return value is what the base container wrote.
 
 from __future__ import annotations
 
-import types
 from typing import Any
 
 import pytest
@@ -17,6 +16,7 @@ from kubernetes import client
 from airflow_gpu.testing.kubernetes import volumes
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 from tests.testing.kubernetes.conftest import wait_for
+from tests.testing.kubernetes.official import context, kpo
 
 pytestmark = [
     pytest.mark.slow,  # imports KubernetesPodOperator (seconds)
@@ -24,36 +24,8 @@ pytestmark = [
 ]
 
 
-class Ti:
-    def __init__(self) -> None:
-        self.dag_id, self.task_id, self.run_id, self.try_number, self.map_index = "gpu_dag", "train", "manual__1", 1, -1
-        self.xcom: dict[str, Any] = {}
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.xcom[key] = value
-
-
 def _execute(emulator: KubernetesEmulator, **arguments: Any) -> Any:
-    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
-
-    operator = KubernetesPodOperator(
-        **{
-            "task_id": "train",
-            "name": "train",
-            "namespace": "default",
-            "image": "python:3.12",
-            "config_file": str(emulator.kubeconfig_path),
-            "in_cluster": False,
-            "get_logs": True,
-            "startup_check_interval_seconds": 1,
-            "on_finish_action": "keep_pod",
-            "log_events_on_startup": False,
-            **arguments,
-        }
-    )
-    ti = Ti()
-    context: Any = {"ti": ti, "task_instance": ti, "run_id": ti.run_id, "dag": types.SimpleNamespace(dag_id=ti.dag_id)}
-    return operator.execute(context)
+    return kpo(emulator, **arguments).execute(context())
 
 
 def _pod(core: client.CoreV1Api, selector: str) -> client.V1Pod:
