@@ -132,3 +132,20 @@ def test_exec_errors(core: client.CoreV1Api) -> None:
     assert (code, status["reason"], status["message"]) == (404, "NotFound", 'pods "absent" not found')
     code, status = _refusal(core, "errors/exec?stdout=true")
     assert (code, status["message"]) == (400, "you must specify at least 1 command")
+
+
+def test_exec_starts_where_the_container_runs(core: client.CoreV1Api) -> None:
+    """Exec starts in the container's working directory as the container sees it (``nsenter --wd``
+    would open the host's path: a WORKDIR the host lacks failed every exec, exit code and all)."""
+    workdir = {"workingDir": "/emulated-no-such-dir"}
+    manifest = pod_manifest("workdir", ["sh", "-c", "pwd; " + WAIT[2]], container=workdir)
+    core.create_namespaced_pod("default", manifest)
+    wait_for(phase_is(core, "workdir", "Running"))
+    log = lambda: core.read_namespaced_pod_log("workdir", "default", _preload_content=False).data  # noqa: E731
+    where = wait_for(lambda: log().decode().strip() or None)
+    out = stream(
+        core.connect_get_namespaced_pod_exec, "workdir", "default", command=["sh", "-c", "pwd; exit 3"],
+        stdout=True, stderr=True, stdin=False, tty=False, _preload_content=False,
+    )  # fmt: skip
+    out.run_forever(timeout=10)
+    assert (out.read_stdout().strip(), out.returncode) == (where, 3)

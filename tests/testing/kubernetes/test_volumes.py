@@ -8,6 +8,7 @@ Containers Through Files") and the kubelet's FailedMount message
 from __future__ import annotations
 
 import base64
+import json
 from pathlib import Path
 from typing import Any
 
@@ -309,3 +310,27 @@ def test_config_maps_and_secrets_are_listed_patched_and_deleted(core: client.Cor
     with pytest.raises(ApiException) as raised:
         core.create_namespaced_secret("default", {"metadata": {"name": "bad"}, "data": {"k": "not base64!"}})
     assert raised.value.status == 400
+
+
+@pytest.mark.parametrize(
+    ("mount", "field", "said"),
+    [
+        ({"name": "nope", "mountPath": "/data"}, "spec.containers[0].volumeMounts[0].name", 'Not found: "nope"'),
+        ({"name": "scratch", "mountPath": "/data", "subPath": "/etc"}, "spec.containers[0].volumeMounts[0].subPath",
+         "must be a relative path"),
+        ({"name": "scratch", "mountPath": "/data", "subPath": "a/../../etc"},
+         "spec.containers[0].volumeMounts[0].subPath", "must not contain '..'"),
+    ],
+)  # fmt: skip
+def test_a_mount_of_no_volume_or_outside_its_volume_is_refused(
+    core: client.CoreV1Api, mount: dict[str, Any], field: str, said: str
+) -> None:
+    """``ValidateVolumeMounts``: the API server refuses these with 422 before anything runs."""
+    manifest = pod_manifest(
+        "bad-mount", ["true"], volumes=[{"name": "scratch", "emptyDir": {}}], container={"volumeMounts": [mount]}
+    )
+    with pytest.raises(ApiException) as refused:
+        core.create_namespaced_pod("default", manifest)
+    assert refused.value.status == 422
+    causes = json.loads(refused.value.body)["details"]["causes"]
+    assert any(c["field"] == field and said in c["message"] for c in causes), causes

@@ -776,5 +776,6 @@ class ClusterState:
                     await run.task
             run.release()
             self.runs.pop((namespace, name), None)
-        volumes.remove_mount_points(self.mount_points)
+        # The mount points made on this host stay (empty): removing one would detach that path in
+        # every other emulator's containers too (Linux detaches mounts on rmdir since 3.18).
         self.store.stop_all_watches()

@@ -285,6 +285,46 @@ def decode_null_quantities(spec: dict[str, Any]) -> None:
                         values[resource] = "0"
 
 
+def _volume_names(spec: dict[str, Any], path: str, causes: list[dict[str, str]]) -> set[str]:
+    """The pod's volume names (``ValidateVolumes``: each named once)."""
+    declared: set[str] = set()
+    for index, volume in enumerate(spec.get("volumes") or []):
+        name = volume.get("name") if isinstance(volume, dict) else None
+        where = f"{path}.volumes[{index}].name"
+        if not name:
+            causes.append(_cause("FieldValueRequired", where, "Required value"))
+        elif name in declared:
+            causes.append(_cause("FieldValueDuplicate", where, f"Duplicate value: {name!r}"))
+        declared.add(str(name))
+    return declared
+
+
+def _volume_mount_causes(mounts: list[Any], declared: set[str], path: str) -> list[dict[str, str]]:
+    """``ValidateVolumeMounts``: a mount names a volume of the pod, has a path, and its ``subPath``
+    stays inside the volume (``validateLocalDescendingPath``)."""
+    causes = []
+    for index, mount in enumerate(mounts):
+        where = f"{path}[{index}]"
+        name = mount.get("name") if isinstance(mount, dict) else None
+        if not name:
+            causes.append(_cause("FieldValueRequired", f"{where}.name", "Required value"))
+        elif name not in declared:
+            causes.append(_cause("FieldValueNotFound", f"{where}.name", f'Not found: "{name}"'))
+        if not isinstance(mount, dict) or not mount.get("mountPath"):
+            causes.append(_cause("FieldValueRequired", f"{where}.mountPath", "Required value"))
+            continue
+        sub = str(mount.get("subPath") or "")
+        if sub.startswith("/"):
+            causes.append(
+                _cause("FieldValueInvalid", f"{where}.subPath", f"Invalid value: {sub!r}: must be a relative path")
+            )
+        elif ".." in sub.split("/"):
+            causes.append(
+                _cause("FieldValueInvalid", f"{where}.subPath", f"Invalid value: {sub!r}: must not contain '..'")
+            )
+    return causes
+
+
 def validate_pod_spec(spec: dict[str, Any], path: str) -> list[dict[str, str]]:
     """``ValidatePodSpec``'s commonly failed checks, at ``path`` (``spec`` or ``spec.template.spec``)."""
     decode_null_quantities(spec)
@@ -294,6 +334,7 @@ def validate_pod_spec(spec: dict[str, Any], path: str) -> list[dict[str, str]]:
         causes.append(_cause("FieldValueRequired", f"{path}.containers", "Required value"))
         containers = []
     names: set[str] = set()
+    declared = _volume_names(spec, path, causes)
     for kind in ("initContainers", "containers"):
         entries = spec.get(kind) or []
         if not isinstance(entries, list):
@@ -315,6 +356,7 @@ def validate_pod_spec(spec: dict[str, Any], path: str) -> list[dict[str, str]]:
                 names.add(name)
             if not container.get("image") or not isinstance(container.get("image"), str):
                 causes.append(_cause("FieldValueRequired", f"{where}.image", "Required value"))
+            causes += _volume_mount_causes(container.get("volumeMounts") or [], declared, f"{where}.volumeMounts")
             for field in ("command", "args"):
                 value = container.get(field)
                 if value is not None and (not isinstance(value, list) or not all(isinstance(v, str) for v in value)):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import WSMsgType, web
@@ -55,7 +56,11 @@ def _target(state: ClusterState, namespace: str, name: str, query: Any) -> tuple
     if run is None or target is None or pid is None:
         raise bad_request(f'unable to upgrade connection: container not found ("{container}")')
     spec = next(c for c in pod["spec"]["containers"] if c["name"] == container)
-    return target, pid, spec.get("workingDir") or run.workdir
+    try:  # where the container's PID 1 actually is: its workingDir, or where the kubelet put it instead
+        workdir = str(Path(f"/proc/{pid}/cwd").readlink())
+    except OSError:
+        workdir = spec.get("workingDir") or run.workdir
+    return target, pid, workdir
 
 
 def _status(code: int, command: list[str]) -> dict[str, Any]:
@@ -87,7 +92,8 @@ async def pod_exec(request: web.Request, state: ClusterState) -> web.StreamRespo
     pipe = asyncio.subprocess.PIPE
     try:
         process = await asyncio.create_subprocess_exec(
-            *["nsenter", f"--target={pid}", "--mount", "--pid", f"--wd={workdir}", "--", *command],
+            # --wdns: the working directory as the container sees it (--wd would open the host's path).
+            *["nsenter", f"--target={pid}", "--mount", "--pid", f"--wdns={workdir}", "--", *command],
             stdin=pipe if wants["stdin"] else asyncio.subprocess.DEVNULL,
             stdout=pipe,
             stderr=pipe,

@@ -172,7 +172,7 @@ class PodVolumes:
 
     def __init__(self, pod: Obj, root: Path, mount_points: set[Path] | None = None) -> None:
         self.pod = pod
-        #: The mount points made on this host, shared by every pod of a cluster: ``remove_mount_points``.
+        #: Mount points made on this host, shared by every pod of a cluster; they stay (``_ensure_mount_point``).
         self.mount_points = mount_points if mount_points is not None else set()
         self.root = root / "volumes"
         self.paths: dict[str, Path] = {}
@@ -283,16 +283,3 @@ def _ensure_mount_point(target: Path, directory: bool) -> list[Path]:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.touch(mode=stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IROTH)
     return made
-
-
-def remove_mount_points(made: set[Path]) -> None:
-    """Remove the mount points the cluster made, deepest first, where they are still empty."""
-    for path in sorted(made, key=lambda p: len(p.parts), reverse=True):
-        try:
-            if path.is_dir() and not path.is_symlink():
-                path.rmdir()
-            elif path.stat().st_size == 0:
-                path.unlink()
-        except OSError:  # not empty, or gone: someone else's now
-            pass
-    made.clear()
