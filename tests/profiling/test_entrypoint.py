@@ -46,7 +46,7 @@ deadline = time.monotonic() + 30
 while not os.path.exists(sys.argv[1]):
     if time.monotonic() > deadline:
         sys.exit(5)
-    time.sleep(0.02)
+    time.sleep(0.02)  # the workload polls for the file the test writes
 print("saw", open(sys.argv[1]).read().strip(), flush=True)
 """
 

@@ -138,7 +138,7 @@ class IndexedJobTraining:
             if self._killed.is_set():
                 raise AirflowException("the task was killed; the training Job was deleted")
             if decision.action == "succeed":
-                return self._result(context)
+                return self._result()
             log_interruptions(self.log, op.spot_run, decision, f"{self.job} (Indexed Job of {pods})")
             if decision.action != "resubmit":
                 fail(op.spot_run, decision)
@@ -325,7 +325,7 @@ class IndexedJobTraining:
             return None, f"its log could not be read ({type(error).__name__}: {error})"
         return read_output(response.data.decode("utf-8", "replace").splitlines()), None
 
-    def _result(self, context: Context) -> Any:
+    def _result(self) -> Any:
         output = self.op._output
         if output is None:
             return None

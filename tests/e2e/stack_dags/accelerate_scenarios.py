@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pendulum
 from airflow.sdk import DAG
@@ -18,51 +19,36 @@ from airflow_gpu.spot.policy import SpotPolicy
 
 SCRIPT = str(Path(__file__).resolve().parent / "training" / "tiny_regression.py")
 
-with DAG(
-    "accelerate_kubernetes_preempt",
-    schedule=None,
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    tags=["e2e-scenario"],
-):
-    AccelerateTrainOperator(
-        task_id="train",
-        target="kubernetes",
-        kubernetes_conn_id="k8s_accelerate_kubernetes_preempt",
-        namespace="default",
-        training_script=SCRIPT,
-        # Long enough epochs that the reclaim lands mid-run; the checkpoint lets the new Job resume.
-        script_args=["--epochs", "6", "--epoch-seconds", "1", "--checkpoint-dir", "{{ dag_run.conf['workdir'] }}/ckpt"],
-        accelerator="H100",
-        image="huggingface/accelerate:gpu-release-1.15.0",
-        num_machines=2,
-        main_process_port=29530,  # every emulated machine is this host: not the example DAG's ports
-        capacity="spot",
-        spot=SpotPolicy(max_interruptions=2, grace_period_seconds=5),
-        env={"ACCELERATE_USE_CPU": "1"},
-        poll_interval=0.5,
-        retry_delay=timedelta(seconds=1),
-    )
 
-with DAG(
+def scenario(dag_id: str, **operator: Any) -> None:
+    """One DAG with one training task ``train`` against the emulator of connection ``k8s_<dag_id>``;
+    the emulated machines have no CUDA, and each scenario listens on its own rendezvous port."""
+    with DAG(dag_id, schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False,
+             tags=["e2e-scenario"]):  # fmt: skip
+        AccelerateTrainOperator(
+            task_id="train", target="kubernetes", kubernetes_conn_id=f"k8s_{dag_id}", namespace="default",
+            training_script=SCRIPT, image="huggingface/accelerate:gpu-release-1.15.0",
+            env={"ACCELERATE_USE_CPU": "1"}, **operator,
+        )  # fmt: skip
+
+
+scenario(
+    "accelerate_kubernetes_preempt",
+    # Long enough epochs that the reclaim lands mid-run; the checkpoint lets the new Job resume.
+    script_args=["--epochs", "6", "--epoch-seconds", "1", "--checkpoint-dir", "{{ dag_run.conf['workdir'] }}/ckpt"],
+    accelerator="H100",
+    num_machines=2,
+    main_process_port=29530,  # every emulated machine is this host: not the example DAG's ports
+    capacity="spot",
+    spot=SpotPolicy(max_interruptions=2, grace_period_seconds=5),
+    poll_interval=0.5,
+    retry_delay=timedelta(seconds=1),
+)
+scenario(  # one machine is GPUKubernetesOperator's own pod, deferred to the triggerer while it trains
     "accelerate_kubernetes_deferrable",
-    schedule=None,
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    tags=["e2e-scenario"],
-):
-    # One machine is GPUKubernetesOperator's own pod, deferred to the triggerer while it trains.
-    AccelerateTrainOperator(
-        task_id="train",
-        target="kubernetes",
-        kubernetes_conn_id="k8s_accelerate_kubernetes_deferrable",
-        namespace="default",
-        deferrable=True,
-        training_script=SCRIPT,
-        script_args=["--epochs", "3"],
-        accelerator="L4",
-        image="huggingface/accelerate:gpu-release-1.15.0",
-        main_process_port=29540,
-        env={"ACCELERATE_USE_CPU": "1"},
-        poll_interval=1,
-    )
+    deferrable=True,
+    script_args=["--epochs", "3"],
+    accelerator="L4",
+    main_process_port=29540,
+    poll_interval=1,
+)

@@ -36,9 +36,8 @@ while state["step"] < 30:
     state["step"] += 1
     state["total"] += state["step"]
     print("step", state["step"], flush=True)
-    # The step's work: the workload runs for a while, the test waits on its log lines. 27 steps of
-    # 0.25 s after the third leave the injector, polling on a loaded 2-core machine, seconds to act.
-    time.sleep(0.25)
+    # The step's work; 27 steps of 0.25 s after the third leave a loaded machine's injector seconds to act.
+    time.sleep(0.25)  # the workload runs for a while; the test waits on its log lines, not on time
 print("result", state["total"], flush=True)
 """
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
