@@ -7,25 +7,40 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 export PATH := $(CURDIR)/$(BIN):$(PATH)
+# Where PYTHONDONTWRITEBYTECODE is set (some CI images set it) Python keeps no bytecode caches: each
+# of the hundred-odd Airflow processes the tests and the demo start would compile Airflow from source
+# again, and pytest would rewrite every test module on every run (20 s of a 2-core machine's time
+# before the first test). The installed packages are compiled once at install; this keeps the
+# caches of the project's own modules and tests.
+unexport PYTHONDONTWRITEBYTECODE
+# Programs outside Python (tools/system-packages.txt): installed when missing, or named in one line.
+SYSTEM_PACKAGES := $(PYTHON) tools/system_packages.py ensure
 
-.PHONY: install demo tour test test-quick lint typecheck docs pytest bench clean
+.PHONY: install system-packages-test demo tour test test-quick lint typecheck docs pytest bench clean
 
 $(BIN)/python:
+	$(SYSTEM_PACKAGES) venv
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip uv
 
 # torch first, with pip: the test extra pins it, and pip installs that pin as a CPU build here, where
 # uv would resolve the same pin to a CUDA build of several GB; uv then finds it installed.
+# --compile-bytecode: see PYTHONDONTWRITEBYTECODE above.
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet "torch==2.13.0"
-	$(BIN)/uv pip install --python $(BIN)/python --quiet -e ".[test]"
+	$(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode -e ".[test]"
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)
 
+# Before any test runs: chromium for the browser tests (tests/programs.py holds the suite to the list).
+system-packages-test:
+	@$(SYSTEM_PACKAGES) test
+
 # The main job: the fan-out example DAG through a real Airflow against the Kubernetes emulator.
 # DEMO_ONCE=1 exits after the run (non-zero if it failed); otherwise Ctrl-C stops everything.
 demo: install
+	@$(SYSTEM_PACKAGES) demo
 	$(BIN)/python -m airflow_gpu.testing.demo
 
 # What the accelerator specs become, from the command line.
@@ -37,8 +52,8 @@ tour: install
 	$(BIN)/airflow-gpu images --accelerator H100:8 --driver 535 --registry dockerhub
 
 lint: install
-	$(BIN)/ruff check provider tests bench dags docs
-	$(BIN)/ruff format --check provider tests bench dags docs
+	$(BIN)/ruff check provider tests bench dags docs tools
+	$(BIN)/ruff format --check provider tests bench dags docs tools
 
 typecheck: install
 	$(BIN)/mypy
@@ -47,14 +62,17 @@ docs: install
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 
 # Every test, end-to-end included; the 15 slowest are listed at the end so that the cost stays visible.
-pytest: install
+pytest: system-packages-test install
 	$(BIN)/pytest -n 2 --durations=15
 
-test: lint typecheck docs pytest
+test: system-packages-test lint typecheck docs pytest
 
-# The inner loop: unit and emulator-API tests, no Airflow processes (the `slow` marker), in under a minute.
+# The inner loop: unit and emulator-API tests, no Airflow process, browser or training (the `slow`
+# marker, which tests/programs.py enforces), in under a minute on 2 cores. Four workers on two cores:
+# the emulator tests mostly wait on their emulators' clocks. The quick Hypothesis profile tries a fifth
+# of the examples, the same ones each run (tests/properties.py).
 test-quick: install
-	$(BIN)/pytest -m "not slow" -q
+	$(BIN)/pytest -m "not slow" -q -n 4 --hypothesis-profile=quick --durations=10
 
 bench: install
 	$(BIN)/python bench/import_time.py

@@ -4,9 +4,10 @@ What it shows:
 
 * Typed ``Params`` make the trigger form: the accelerator is picked from the catalog's NVIDIA GPU
   names, with the number of GPUs per shard, the number of shards, spot on or off and the backend.
-* ``plan`` turns them into one set of operator arguments per shard, and one GPU operator per
-  backend is mapped over them with ``.partial().expand_kwargs()``: the accelerator spec is checked
-  when each shard starts, the backend not chosen maps over nothing and is skipped.
+* ``plan_kubernetes_shards`` and ``plan_batch_shards`` turn them into one set of operator arguments
+  per shard, and one GPU operator per backend is mapped over them with ``.partial().expand_kwargs()``:
+  the accelerator spec is checked when each shard starts, the backend not chosen maps over nothing
+  and is skipped.
 * Every shard is profiled (``gpu_profile`` is on for NVIDIA GPUs): XCom ``gpu_profile`` holds its
   per-GPU summary, energy, cost and advice, and the "GPU Profile" tab of the task instance and of
   the DAG run shows the charts, shards side by side.
@@ -104,7 +105,7 @@ def gpu_profile_showcase() -> None:
         on_finish_action="delete_pod",
         **profiling,
         map_index_template="shard {{ task.cmds[3] }}",
-    ).expand_kwargs(plan("kubernetes"))
+    ).expand_kwargs(plan.override(task_id="plan_kubernetes_shards")("kubernetes"))
     GPUBatchOperator.partial(
         task_id="shard_on_batch",
         job_name="profile-shard",
@@ -113,7 +114,7 @@ def gpu_profile_showcase() -> None:
         poll_interval=2,
         **profiling,
         map_index_template="shard {{ task.command[3] }}",
-    ).expand_kwargs(plan("batch"))
+    ).expand_kwargs(plan.override(task_id="plan_batch_shards")("batch"))
 
 
 gpu_profile_showcase()

@@ -7,8 +7,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import hypothesis  # noqa: F401  # imported before Airflow: see the note below
+import hypothesis  # imported before Airflow: see the note below
 import pytest
+
+from tests import programs
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -16,8 +18,13 @@ REPO = Path(__file__).resolve().parent.parent
 # rewrites its asserts with ast.parse, which CPython 3.11.7 fails ("AST constructor recursion
 # depth mismatch") once Airflow has run in the process. Importing it first sidesteps that.
 
+# make test-quick (--hypothesis-profile=quick): a fifth of the examples (tests/properties.py), the
+# same ones on every run, so that the inner loop is quick and a red run is red again unchanged.
+hypothesis.settings.register_profile("quick", max_examples=20, derandomize=True)
+
 
 def pytest_configure(config: pytest.Config) -> None:
+    programs.install()
     # Importing airflow with AIRFLOW_HOME unset creates ~/airflow; SQLite needs an absolute path.
     home = Path(tempfile.mkdtemp(prefix="airflow-gpu-tests-"))
     os.environ["AIRFLOW_HOME"] = str(home)
@@ -26,18 +33,53 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{home / 'airflow.db'}"
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> Any:
+    """From here to the end of its teardown, what starts a program is this test (``tests/programs.py``)."""
+    programs.RECORDER.test = item.nodeid
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """Fail the test that started a program a fresh machine lacks, or, outside ``slow``, started
+    Airflow, a browser or a training run."""
+    result = yield
+    started = programs.RECORDER.take(item.nodeid)
+    programs.RECORDER.test = programs.BETWEEN_TESTS
+    problems = [programs.outside_the_install(s) for s in started]
+    if item.get_closest_marker("slow") is None:
+        slow = [why for s in started if s.test == item.nodeid and (why := programs.too_slow_for_quick(s))]
+        problems += [f"{why}, but is not marked slow: make test-quick must not" for why in slow]
+    problems = list(dict.fromkeys(p for p in problems if p))
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
+    return result
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Where the end-to-end tests go.
+    """Where the end-to-end tests go, and in which order.
 
     With pytest-xdist (``make test`` runs ``-n 2``) they are one unit of work (below), run first by
     one worker on the one shared Airflow stack while the other worker runs the unit tests: the
     stack mostly waits on its emulators, so the two overlap instead of adding up. Without xdist
     they go last: the stack lives until the session ends, and its scheduler would otherwise keep a
     core busy through every unit test after them.
+
+    Among them, the tests that read a scenario run (``tests/e2e/scenarios.py``: all launched when
+    the first end-to-end test starts) go after the ones that drive runs of their own (a worker
+    killed, a task marked failed, a browser, ``airflow dags test``): those then run while the
+    scenarios do, and the scenario tests find their runs over when they come.
     """
     e2e = REPO / "tests" / "e2e"
     distributed = "PYTEST_XDIST_WORKER" in os.environ
-    items.sort(key=lambda item: item.path.is_relative_to(e2e) != distributed)
+
+    def place(item: pytest.Item) -> tuple[bool, bool]:
+        in_e2e = item.path.is_relative_to(e2e)
+        reads_a_scenario = "scenario_run" in getattr(item, "fixturenames", ())
+        return in_e2e != distributed, reads_a_scenario
+
+    items.sort(key=place)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -52,6 +52,28 @@ def test_describe_kubernetes_yaml() -> None:
     assert out["kubernetes"]["volumes"][0]["emptyDir"]["sizeLimit"] == "65536Mi"
 
 
+def test_describe_shows_what_an_unset_memory_resolves_to_and_every_variant_the_affinity_accepts() -> None:
+    out = yaml.safe_load(cli.run(["describe", "H100:8"]))
+    accelerator = out["accelerator"]
+    assert accelerator["memory_gb"] == 80 and accelerator["requested"]["memory_gb"] is None
+    assert accelerator["memory_from"] == "not set: the smallest of the 3 variants the placement accepts"
+    variants = [(v["memory_gb"], v["form_factor"], v["gfd_product"]) for v in accelerator["variants"]]
+    assert variants == [
+        (80, "SXM", "NVIDIA-H100-80GB-HBM3"),
+        (80, "PCIe", "NVIDIA-H100-PCIe"),
+        (94, "NVL", "NVIDIA-H100-NVL"),
+    ]
+    [term] = out["kubernetes"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    products = next(e["values"] for e in term["matchExpressions"] if e["key"] == "nvidia.com/gpu.product")
+    assert products == [product for _, _, product in variants]  # the node affinity asks for exactly these
+    set_memory = yaml.safe_load(cli.run(["describe", "H100-94GB"]))["accelerator"]
+    assert (set_memory["memory_gb"], set_memory["memory_from"], set_memory["form_factor"]) == (94, "as set", "NVL")
+    mig = yaml.safe_load(cli.run(["describe", "A100-80GB-MIG-3g.40gb"]))["accelerator"]
+    assert (mig["memory_gb"], mig["memory_from"]) == (40, "the MIG slice 3g.40gb")
+
+
 def test_describe_with_a_custom_label_scheme_and_mig() -> None:
     scheme = json.dumps({"gpu_label": "example.com/gpu", "gpu_values": {"A100": "a100"}})
     out = json.loads(
@@ -130,13 +152,33 @@ def test_console_script_and_version() -> None:
     assert result.stdout.strip() == f"airflow-gpu {__version__}"
 
 
-def test_images_lists_the_catalog_and_the_choice() -> None:
-    out = cli.run(["images", "--accelerator", "H100:8", "--driver", "535", "--registry", "dockerhub"])
-    assert "pytorch/pytorch:2.10.0-cuda13.0-cudnn9-runtime  pytorch 2.10.0  CUDA 13.0  runtime" in out
-    assert "nvcr.io" not in out  # filtered to the registry
+def test_images_prints_the_choice_and_why_and_the_catalog_without_an_accelerator() -> None:
+    out = cli.run(["images", "--accelerator", "B200:8", "--driver", "570"])
+    assert out.splitlines() == [
+        "For B200:8: pytorch/pytorch:2.10.0-cuda12.8-cudnn9-runtime",
+        "  - B200 (Blackwell, compute capability 10.0) needs CUDA >= 12.8",
+        "  - driver 570 supports CUDA <= 12.8",
+        "  - newest pytorch image in the pytorch catalog that meets them: pytorch 2.10.0, CUDA 12.8, runtime",
+        "  - it needs a driver >= 570.26 on the nodes (CUDA 12.8)",
+        "  (18 images looked at: --candidates lists them and what kept each out)",
+    ]
+    catalog = cli.run(["images"])
+    rows = {line.split()[0]: line.split()[1:] for line in catalog.splitlines()[2:]}
+    newest = rows["pytorch/pytorch:2.10.0-cuda13.0-cudnn9-runtime"]
+    assert newest == ["pytorch", "2.10.0", "CUDA", "13.0", "runtime", "-"]
+    assert any(image.startswith("rocm/pytorch") for image in rows)
+    assert "nvcr.io" not in cli.run(["images", "--registry", "dockerhub"])  # the catalog of one registry
+
+
+def test_images_candidates_say_what_kept_each_out() -> None:
+    out = cli.run(["images", "--accelerator", "H100:8", "--driver", "535", "--registry", "dockerhub", "--candidates"])
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("pytorch/")}
     assert "For H100:8: pytorch/pytorch:2.7.1-cuda11.8-cudnn9-runtime" in out
-    assert "  - driver 535 supports CUDA <= 12.2" in out
-    assert "rocm/pytorch" in cli.run(["images"])
+    assert rows["pytorch/pytorch:2.7.1-cuda11.8-cudnn9-runtime"].endswith("chosen")
+    assert rows["pytorch/pytorch:2.10.0-cuda13.0-cudnn9-runtime"].endswith(
+        "driver 535 supports CUDA <= 12.2; the image has CUDA 13.0"
+    )
+    assert len(rows) == 18 and not any("devel" in image for image in rows)  # the runtime flavor only
 
 
 def test_images_validate() -> None:
@@ -153,6 +195,7 @@ def test_images_validate() -> None:
          "CUDA 13 dropped Volta"),
         (["images", "--accelerator", "H100", "--framework-version", "2.8", "--driver", "535"], "no pytorch 2.8 image"),
         (["images", "--validate", "x:1"], "--validate needs --accelerator"),
+        (["images", "--candidates"], "--candidates needs --accelerator"),
         (["images", "--accelerator", "TPU-v5e"], "no TPU images"),
     ],
 )  # fmt: skip

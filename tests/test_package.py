@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import pkgutil
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -178,6 +179,9 @@ def test_example_dags_parse_without_errors_or_deprecations() -> None:
         "gpu_profile_showcase",
         "accelerate_training",
     }
+    # Every task says what it does: no id that Airflow made up for a second call (``plan__1``).
+    generated = [f"{d.dag_id}.{t}" for d in bag.dags.values() for t in d.task_ids if re.search(r"__\d+$", t)]
+    assert generated == []
     fanout = bag.dags["gpu_fanout"]
     assert fanout.get_task("score_shard").map_index_template == "shard {{ task.arguments[1] }}"
     assert fanout.get_task("score_shard").max_active_tis_per_dagrun == 3

@@ -105,16 +105,7 @@ def _describe(args: argparse.Namespace) -> str:
     from airflow_gpu.accelerators.spec import Accelerator
 
     spec = Accelerator.parse(args.spec)
-    output: dict[str, Any] = {
-        "accelerator": {
-            "spec": str(spec),
-            **spec.model_dump(),
-            "vendor": spec.vendor,
-            "architecture": spec.architecture,
-            "compute_capability": spec.compute_capability,
-            "min_cuda": spec.min_cuda,
-        }
-    }
+    output: dict[str, Any] = {"accelerator": _resolved(spec)}
     if args.target == "kubernetes":
         from airflow_gpu.accelerators.kubernetes import to_kubernetes
 
@@ -141,7 +132,44 @@ def _describe(args: argparse.Namespace) -> str:
         return json.dumps(output, indent=2)
     import yaml  # Airflow depends on PyYAML; imported here to keep the other commands light
 
-    return str(yaml.safe_dump(output, sort_keys=False)).rstrip()
+    return str(yaml.safe_dump(output, sort_keys=False, width=120)).rstrip()
+
+
+def _resolved(spec: Any) -> dict[str, Any]:
+    """What the spec stands for: the memory each device is sure to have and every catalog variant the
+    placement accepts, beside what the user wrote (``requested``)."""
+    variants = spec.variants
+    if spec.mig is not None:
+        memory_from = f"the MIG slice {spec.mig}"
+    elif spec.memory_gb is not None:
+        memory_from = "as set"
+    elif len(variants) == 1:
+        memory_from = f"not set: the one {spec.type} variant that matches"
+    else:
+        memory_from = f"not set: the smallest of the {len(variants)} variants the placement accepts"
+    return {
+        "spec": str(spec),
+        "type": spec.type,
+        "count": spec.count,
+        "memory_gb": spec.device_memory_gb,
+        "memory_from": memory_from,
+        "form_factor": spec.form_factor or " | ".join(dict.fromkeys(v.form_factor for v in variants)),
+        "mig": spec.mig,
+        "vendor": spec.vendor,
+        "architecture": spec.architecture,
+        "compute_capability": spec.compute_capability,
+        "min_cuda": spec.min_cuda,
+        "variants": [
+            {
+                "memory_gb": v.memory_gb,
+                "form_factor": v.form_factor,
+                "gfd_product": v.gfd_product,
+                "gke_accelerator": v.gke_accelerator,
+            }
+            for v in variants
+        ],
+        "requested": spec.model_dump(),
+    }
 
 
 def _amount(value: str | None) -> int | str | None:
@@ -199,42 +227,56 @@ def _recommend(args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def _image_version(image: Any) -> str:
+    return f"{image.framework} {'.'.join(map(str, image.framework_version))}" if image.framework_version else "-"
+
+
 def _images(args: argparse.Namespace) -> str:
+    """Without ``--accelerator`` the catalog; with it the answer and why (``--candidates``: every
+    image looked at, and what kept each out)."""
     from airflow_gpu.images import catalog as image_catalog
     from airflow_gpu.images import selection
 
-    family = selection.REGISTRIES.get(args.registry) if args.registry else None
-    rows = [["IMAGE", "FRAMEWORK", "STACK", "FLAVOR", "PYTHON"]]
-    for image in image_catalog.images():
-        if family is not None and image.family != family:
-            continue
-        version = f"{image.framework} {'.'.join(map(str, image.framework_version))}" if image.framework_version else "-"
-        rows.append([image.reference, version, image.accelerator_stack, image.flavor or "-", image.python or "-"])
-    lines = [_table(rows)]
     if args.validate and not args.accelerator:
         raise _UsageError("--validate needs --accelerator (see 'airflow-gpu images --help')")
-    if args.accelerator:
-        if args.validate:
-            info = selection.validate_image(args.validate, args.accelerator, args.driver, args.compatibility)
-            verdict = (
-                "runs"
-                if info.platform != "unknown" and (info.cuda or info.rocm or info.neuron_sdk)
-                else ("is accepted unchecked (its tag names no CUDA/ROCm/Neuron version)")
-            )
-            lines.append(f"\n{args.validate} {verdict} on {args.accelerator}")
-        else:
-            choice = selection.select_image(
-                args.accelerator,
-                framework=args.framework,
-                framework_version=args.framework_version,
-                cuda=args.cuda,
-                driver_version=args.driver,
-                flavor=args.flavor,
-                registry=args.registry,
-                compatibility=args.compatibility,
-            )
-            lines.append(f"\nFor {args.accelerator}: {choice.reference}")
-            lines += [f"  - {reason}" for reason in choice.reasons]
+    if args.candidates and (not args.accelerator or args.validate):
+        raise _UsageError("--candidates needs --accelerator and no --validate (see 'airflow-gpu images --help')")
+    if not args.accelerator:
+        family = selection.REGISTRIES.get(args.registry) if args.registry else None
+        rows = [["IMAGE", "FRAMEWORK", "STACK", "FLAVOR", "PYTHON"]]
+        for image in image_catalog.images():
+            if family is None or image.family == family:
+                row = [image.reference, _image_version(image), image.accelerator_stack, image.flavor or "-"]
+                rows.append([*row, image.python or "-"])
+        return _table(rows)
+    if args.validate:
+        info = selection.validate_image(args.validate, args.accelerator, args.driver, args.compatibility)
+        verdict = (
+            "runs"
+            if info.platform != "unknown" and (info.cuda or info.rocm or info.neuron_sdk)
+            else ("is accepted unchecked (its tag names no CUDA/ROCm/Neuron version)")
+        )
+        return f"{args.validate} {verdict} on {args.accelerator}"
+    choice = selection.select_image(
+        args.accelerator,
+        framework=args.framework,
+        framework_version=args.framework_version,
+        cuda=args.cuda,
+        driver_version=args.driver,
+        flavor=args.flavor,
+        registry=args.registry,
+        compatibility=args.compatibility,
+    )
+    lines = [f"For {args.accelerator}: {choice.reference}", *(f"  - {reason}" for reason in choice.reasons)]
+    if args.candidates:
+        rows = [["IMAGE", "FRAMEWORK", "STACK", "VERDICT"]]
+        for candidate in choice.candidates:
+            image = candidate.image
+            verdict = "chosen" if candidate.chosen else "; ".join(candidate.problems) or "runs (not the newest)"
+            rows.append([image.reference, _image_version(image), image.accelerator_stack, verdict])
+        lines += ["", _table(rows)]
+    else:
+        lines.append(f"  ({len(choice.candidates)} images looked at: --candidates lists them and what kept each out)")
     return "\n".join(lines)
 
 
@@ -297,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     recommend.add_argument("--no-mig", action="store_true", help="whole devices only")
     recommend.add_argument("--output", choices=["table", "json"], default="table")
 
-    images = commands.add_parser("images", help="list the image catalog and pick the image for an accelerator")
+    images = commands.add_parser("images", help="pick the image for an accelerator, or list the image catalog")
     images.add_argument("--accelerator", help="select (or with --validate, check) an image for this spec")
     images.add_argument("--framework", choices=FRAMEWORKS, default="pytorch")
     images.add_argument("--framework-version", help="e.g. 2.8 or 2.8.0")
@@ -307,6 +349,9 @@ def build_parser() -> argparse.ArgumentParser:
     images.add_argument("--registry", choices=list(REGISTRIES))
     images.add_argument("--compatibility", choices=COMPATIBILITY_MODES, default="strict")
     images.add_argument("--validate", metavar="IMAGE", help="check an image reference instead of selecting one")
+    images.add_argument(
+        "--candidates", action="store_true", help="with --accelerator: every image looked at, and what kept each out"
+    )
 
     emulate = commands.add_parser("emulate", help="serve a local emulator of a cloud API")
     emulated = emulate.add_subparsers(dest="backend", required=True, parser_class=_Parser)

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from airflow_gpu import Accelerator, AcceleratorSpecError
 from airflow_gpu.accelerators import catalog
+from tests.properties import examples
 
 SHORTHANDS = {
     "H100": ("H100", 1, None, None, None),
@@ -167,7 +168,7 @@ def test_suggestions_use_aliases() -> None:
         Accelerator.parse("trn3:16")
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.text(max_size=40))
 def test_any_text_parses_or_raises_value_error(text: str) -> None:
     try:
@@ -186,7 +187,7 @@ _SHORTHAND_PIECES = st.tuples(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(_SHORTHAND_PIECES)
 def test_plausible_shorthand_round_trips_or_fails_cleanly(pieces: tuple[str, str, str, str]) -> None:
     text = "".join(pieces)

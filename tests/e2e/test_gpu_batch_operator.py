@@ -36,21 +36,22 @@ class Reclaimer(Injector):
         super().__init__()
         self.times, self.in_task_log, self.reclaimed = times, in_task_log, []
 
-    def holding(self, job: Any) -> bool:
+    def holding(self, job: Any, logs: Any) -> bool:
         line = f"attempt {len(job.attempts)} holding at step"
         if self.in_task_log:
             return line in self.scenario_run.log()
-        events = self.emulator.client("logs").get_log_events(
-            logGroupName=LOG_GROUP, logStreamName=job.log_stream_name, startFromHead=True
-        )["events"]
+        events = logs.get_log_events(logGroupName=LOG_GROUP, logStreamName=job.log_stream_name, startFromHead=True)[
+            "events"
+        ]
         return any(e["message"].startswith(line) for e in events)
 
     def inject(self) -> None:
+        logs = self.emulator.client("logs")  # one client: this polls ten times a second
         while len(self.reclaimed) < self.times and not self.stop.is_set():
             for job in list(self.emulator.jobs()):
                 key = (job.job_id, len(job.attempts))
                 ours = job.status == "RUNNING" and job.job_queue.name == "gpu-spot" and key not in self.reclaimed
-                if ours and self.holding(job):
+                if ours and self.holding(job, logs):
                     self.emulator.reclaim(job.job_id)
                     self.reclaimed.append(key)
             self.stop.wait(0.1)

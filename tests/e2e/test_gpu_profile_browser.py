@@ -32,6 +32,7 @@ from playwright.sync_api import Browser, FrameLocator, Page, expect, sync_playwr
 from airflow_gpu.testing.airflow_stack import AirflowStack
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 from airflow_gpu.testing.polling import wait_for
+from tests.programs import program
 
 pytestmark = pytest.mark.slow
 
@@ -104,8 +105,7 @@ def browser(airflow_stack: tuple[AirflowStack, KubernetesEmulator]) -> Iterator[
     test, failed or not; the test then fails if any process of it outlived the close.
 
     The stack is requested first so that its processes never inherit the tag."""
-    chromium = shutil.which("chromium")
-    assert chromium, "Debian's chromium is not on PATH: apt-get install chromium (.ci/run does)"
+    chromium = program("chromium")  # never skipped: make test installs it, and a run without it must fail
     token = uuid.uuid4().hex
     os.environ[TAG] = token  # only while the driver starts: it copies the environment
     try:

@@ -22,6 +22,7 @@ from airflow_gpu.testing.polling import wait_for
 from tests.e2e.conftest import OUTSIDER
 from tests.e2e.stack_dags.gpu_profile_hostile import HOSTILE_GPU, HOSTILE_WORKLOAD
 
+pytestmark = pytest.mark.slow  # the shared Airflow stack
 DAG_ID = "gpu_profile_hostile"
 
 

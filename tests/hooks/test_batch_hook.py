@@ -1,12 +1,24 @@
-"""``GPUBatchHook`` against the Batch emulator through Airflow's ``aws_default`` connection."""
+"""``GPUBatchHook`` against the Batch emulator through Airflow's ``aws_default`` connection.
+
+One emulator serves the module (each test names its own definitions); ``aws_default`` points at it."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
+
+import pytest
 
 from airflow_gpu.accelerators.spec import Accelerator
 from airflow_gpu.hooks.batch import SPEC_HASH_TAG, GPUBatchHook
 from airflow_gpu.testing.batch.emulator import BatchEmulator
+
+
+@pytest.fixture(scope="module")
+def aws_default_connection() -> Iterator[BatchEmulator]:
+    with BatchEmulator(stop_timeout=5) as emulator, pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AIRFLOW_CONN_AWS_DEFAULT", emulator.airflow_connection_uri())
+        yield emulator
 
 
 def definition(command: list[str]) -> dict[str, Any]:
@@ -32,12 +44,16 @@ def test_a_job_definition_is_registered_once_per_content(aws_default_connection:
 
 
 def test_describe_jobs_batched_takes_100_per_call(aws_default_connection: BatchEmulator) -> None:
+    """230 ids, a repeat and an unknown one: three calls of at most 100 (DescribeJobs' limit), and
+    every job found wherever its batch; unknown ids are left out, as DescribeJobs leaves them."""
     hook = GPUBatchHook(aws_conn_id="aws_default")
     hook.register_job_definition_once("noop", definition(["true"]))
-    ids = [
-        hook.api.submit_job(jobName=f"j{i}", jobQueue="gpu-on-demand", jobDefinition="noop")["jobId"]
-        for i in range(230)
+    real = [
+        hook.api.submit_job(jobName=f"j{i}", jobQueue="gpu-on-demand", jobDefinition="noop")["jobId"] for i in range(3)
     ]
+    ids = [f"00000000-0000-0000-0000-{i:012d}" for i in range(227)]
+    for position, job_id in zip((0, 150, 226), real, strict=True):  # one in each call's batch
+        ids.insert(position, job_id)
     calls: list[int] = []
     original = hook.api.describe_jobs
 
@@ -46,8 +62,8 @@ def test_describe_jobs_batched_takes_100_per_call(aws_default_connection: BatchE
         return original(**kwargs)
 
     hook.api.describe_jobs = counting
-    found = hook.describe_jobs_batched([*ids, ids[0], "not-a-job"])
-    assert set(found) == set(ids) and calls == [100, 100, 31]
+    found = hook.describe_jobs_batched([*ids, real[0], "not-a-job"])
+    assert set(found) == set(real) and calls == [100, 100, 31]
 
 
 def test_queue_offers(aws_default_connection: BatchEmulator) -> None:

@@ -12,6 +12,7 @@ from airflow_gpu import Accelerator
 from airflow_gpu.accelerators import catalog as accelerator_catalog
 from airflow_gpu.images.selection import ImageError, resolve_image, select_image, validate_image
 from airflow_gpu.images.tags import parse_image
+from tests.properties import examples
 
 NON_TPU = [e.name for e in accelerator_catalog.CATALOG if e.kind != "tpu"]
 
@@ -147,7 +148,7 @@ def test_resolve_image_for_operators() -> None:
 _DRIVERS = st.sampled_from([None, "470", "520.61.05", "525", "535", "535.104.05", "550.54.14", "560", "570.26", "580"])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     name=st.sampled_from(NON_TPU),
     driver=_DRIVERS,

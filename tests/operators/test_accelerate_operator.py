@@ -159,6 +159,7 @@ class Ti:
         self.xcom[key] = value
 
 
+@pytest.mark.slow  # a real accelerate launch
 def test_a_failing_script_fails_the_task_with_its_last_lines(tmp_path: Path) -> None:
     """A real ``accelerate launch --cpu``; the failure names the exit code and shows the traceback's end."""
     script = tmp_path / "broken.py"
@@ -168,6 +169,7 @@ def test_a_failing_script_fails_the_task_with_its_last_lines(tmp_path: Path) -> 
         op.execute({"ti": Ti()})  # type: ignore[arg-type]
 
 
+@pytest.mark.slow  # a real accelerate launch
 def test_on_kill_stops_the_launcher_and_every_rank_it_started(tmp_path: Path) -> None:
     """Marking the task failed must not leave a rank (or its children) running, billed: two ranks
     through torch's elastic agent, which starts each rank in a session of its own."""

@@ -34,6 +34,7 @@ from airflow_gpu.plugins.document import TaskEntry, clean
 from airflow_gpu.plugins.pages import FRAMED_LINK
 from airflow_gpu.plugins.urls import PREFIX, run_path, task_path
 from tests.plugins.profiles import PRICES_SOURCE, document
+from tests.properties import examples
 
 RUN = "manual__2026-11-23T15:00:00+00:00"
 
@@ -191,12 +192,20 @@ def test_a_framed_request_without_a_sign_in_gets_a_page_saying_where_to_look(rea
     assert reader.calls == []
 
 
+@pytest.fixture(scope="module")
+def started() -> Iterator[TestClient]:
+    """One client whose event loop thread stays up across examples: a client used without ``with``
+    starts a loop thread per request, nine tenths of the property test's time."""
+    with TestClient(_mounted(), raise_server_exceptions=True) as client:
+        yield client
+
+
 @contextmanager
-def _serving(entries: list[TaskEntry]) -> Iterator[TestClient]:
+def _serving(started: TestClient, entries: list[TaskEntry]) -> Iterator[TestClient]:
     app.dependency_overrides[can_read_dag_xcom] = lambda: None
     app.dependency_overrides[xcom_reader] = lambda: FakeReader(entries)
     try:
-        yield TestClient(_mounted(), raise_server_exceptions=True)
+        yield started
     finally:
         app.dependency_overrides.clear()
 
@@ -235,12 +244,14 @@ def _documents(draw: st.DrawFn) -> Any:
     return doc
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_documents(), _documents(), _values)
-def test_any_document_answers_200_with_pages_and_strict_json(train: Any, shard: Any, records: Any) -> None:
+def test_any_document_answers_200_with_pages_and_strict_json(
+    started: TestClient, train: Any, shard: Any, records: Any
+) -> None:
     """A task can push anything as gpu_profile (or gpu_interruptions): every route answers, none with a 500."""
     entries = [TaskEntry("train", -1, train, records), TaskEntry("score", 0, shard), TaskEntry("score", 1, train)]
-    with _serving(entries) as client:
+    with _serving(started, entries) as client:
         for path in (task_path("d", RUN, "train"), task_path("d", RUN, "score", 0), run_path("d", RUN)):
             for headers in ({}, FRAMED):
                 response = client.get(PREFIX + path, headers=headers)

@@ -14,7 +14,6 @@ followed link cross-site without the cookie, and the page explains where to look
 from __future__ import annotations
 
 import re
-import shutil
 import socket
 import threading
 from collections.abc import Iterator
@@ -31,8 +30,8 @@ from airflow_gpu.plugins.document import TaskEntry
 from airflow_gpu.plugins.urls import PREFIX, run_path, task_path
 from airflow_gpu.testing.polling import wait_for
 from tests.plugins.profiles import document
+from tests.programs import program
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 UI_ASSETS = Path(airflow.__file__).parent / "ui" / "dist" / "assets"
 #: Airflow's view component takes ``sandbox`` from its caller (default ``allow-forms``); the plugin page passes one.
 VIEW_CALL = re.compile(r"\{externalView:[\w$]+,sandbox:`([^`]*)`\}")
@@ -88,8 +87,6 @@ def _signed_in(request: Request) -> None:
 @pytest.fixture
 def server() -> Iterator[str]:
     """The stand-in UI and the report on one origin, in a thread of this process, on a free port."""
-    # Never skipped: .ci/run installs Debian's chromium, and a CI without it must fail, not pass quietly.
-    assert Path(CHROMIUM).exists(), f"no chromium at {CHROMIUM}: apt-get install chromium"
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     origin = f"http://127.0.0.1:{listener.getsockname()[1]}"
@@ -117,9 +114,10 @@ def test_links_in_the_tab_frame_as_a_browser_follows_them(server: str) -> None:
     from playwright.sync_api import expect, sync_playwright
 
     run = PREFIX + run_path("d", "r")
+    chromium = program("chromium")  # never skipped: make test installs it, and a run without it must fail
     with sync_playwright() as playwright:
         # --no-sandbox: the tests run as root, where chromium's own sandbox refuses to start.
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
         try:
             page = browser.new_page()
             page.goto(server + "/login")

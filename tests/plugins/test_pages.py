@@ -17,6 +17,7 @@ from airflow_gpu.profiling.report import build_profile
 from airflow_gpu.profiling.samples import Sample
 from airflow_gpu.profiling.summary import summarise
 from tests.plugins.profiles import PRICES_SOURCE, STARTED, document, empty_document
+from tests.properties import examples
 
 SCRIPT = "<script>alert(1)</script>"
 BASE = "/gpu-profile"
@@ -122,7 +123,7 @@ json_values = st.recursive(
 FIELDS = [*document(), "cost_note"]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.dictionaries(st.sampled_from(FIELDS), json_values, max_size=6), st.booleans())
 def test_any_document_renders_without_raising(overrides: dict[str, Any], bad_series: bool) -> None:
     """A task can push any value as gpu_profile: a mistyped field is a dash, never an error page."""

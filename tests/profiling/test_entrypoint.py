@@ -284,7 +284,26 @@ def test_nvidia_smi_profiles_the_run_where_nvml_is_absent(machine: dict[str, str
     assert (got["source"], got["note"], got["driver"], got["cuda"]) == ("nvidia-smi", None, "550.54.15", "12.4")
     assert got["gpus"][0]["name"] == "NVIDIA A100-SXM4-80GB" and got["summary"][0]["util_mean"] == 87.0
     assert got["samples_taken"] >= 1 and got["series"][0]["fb_used"][0] == 61234
-    assert not any(p.name.isdigit() and "fake_nvidia_smi" in cmdline(p) for p in Path("/proc").iterdir())
+    ours = str(tmp_path / "smi")  # this test's fake: another test's may run beside it (xdist)
+    assert not any(p.name.isdigit() and ours in cmdline(p) for p in Path("/proc").iterdir())
+
+
+def test_an_unusual_pynvml_says_so_in_one_line_and_nvidia_smi_takes_over(
+    machine: dict[str, str], tmp_path: Path
+) -> None:
+    """A ``pynvml`` on PYTHONPATH that is not nvidia-ml-py's (no ``NVMLError``: an old shim, a stub
+    of a user's own) and a fake ``nvidia-smi`` on PATH: one line says what to fix, nvidia-smi samples."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "pynvml.py").write_text("def nvmlInit():\n    pass\n")
+    fake_nvidia_smi.install(tmp_path / "smi", [fake_nvidia_smi.gpu(0)])
+    env = {**machine, "PYTHONPATH": str(shim), "PATH": f"{tmp_path / 'smi'}{os.pathsep}{machine['PATH']}"}
+    done = run(["sh", "-c", "echo trained"], env)
+    got = profile(done.stdout)
+    said = [line for line in done.stderr.splitlines() if line.startswith("airflow-gpu")]
+    assert done.returncode == 0 and got["source"] == "nvidia-smi" and got["summary"][0]["util_mean"] == 87.0
+    assert len(said) == 1 and f"pynvml module at {shim / 'pynvml.py'} is not nvidia-ml-py's" in said[0], said
+    assert "AttributeError" not in done.stderr and "is not nvidia-ml-py's" in got["note"]
 
 
 def cmdline(process: Path) -> str:
@@ -385,14 +404,11 @@ def test_a_driver_that_hangs_does_not_keep_the_container_running(
 ) -> None:
     """A GPU off the bus: ``nvmlInit`` never returns (a fake ``pynvml`` whose init blocks). The
     command's end still ends the entrypoint, with its exit code, once the start budget is spent."""
-    import threading
-    import types
-
     from airflow_gpu.profiling import entrypoint
 
     never = threading.Event()
-    hung = types.ModuleType("pynvml")
-    hung.nvmlInit = lambda: never.wait()  # type: ignore[attr-defined]
+    hung = FakeNvml([FakeGpu()])
+    hung.nvmlInit = lambda: never.wait()  # type: ignore[method-assign]
     monkeypatch.setitem(sys.modules, "pynvml", hung)
     monkeypatch.setattr(entrypoint, "START_BUDGET_SECONDS", 0.5)
     monkeypatch.setenv("AIRFLOW_GPU_PROFILER", "nvml")
@@ -400,7 +416,13 @@ def test_a_driver_that_hangs_does_not_keep_the_container_running(
     try:
         code = entrypoint.main(["sh", "-c", "exit 3"], interval=0.05)
     finally:
-        never.set()
-    assert code == 3
-    got = profile(capsys.readouterr().out)
+        never.set()  # the driver comes back: the late start must stop what it started, quietly
+    starters = [t for t in threading.enumerate() if t.name == "airflow-gpu-profiler-start"]
+    for starter in starters:
+        starter.join(10)
+    assert code == 3 and not any(t.is_alive() for t in starters)
+    assert not [t for t in threading.enumerate() if t.name == "airflow-gpu-nvml-sampler"]  # stopped, not left
+    out, err = capsys.readouterr()
+    got = profile(out)
     assert got["exit_code"] == 3 and "did not start within 0.5 s" in (got["note"] or "")
+    assert err == ""  # nothing logged after the command ended

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from airflow_gpu.accelerators.spec import Accelerator
 from airflow_gpu.profiling import prices, report
 from airflow_gpu.profiling.report import build_profile, smallest_instance
+from tests.properties import examples
 
 GIB = 1024.0
 
@@ -393,7 +394,7 @@ def _all_numbers_finite(value: Any) -> bool:
         return False
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     data=payloads(),
     accelerator=st.sampled_from(["A10G:4", "H100", "A100-80GB:2", "A100-80GB-MIG-3g.40gb", "Trainium"]),

@@ -52,7 +52,7 @@ def test_a_failing_test_leaves_no_process_behind(pytester: pytest.Pytester, tmp_
             assert False, "this test fails on purpose"
         """
     )
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     pid = int(pid_file.read_text())
     assert not _alive(pid)
@@ -82,6 +82,6 @@ def test_aws_default_connection_reaches_the_batch_emulator(pytester: pytest.Pyte
             assert False, "this test fails on purpose"
         """
     )
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     assert not _alive(int(pid_file.read_text()))

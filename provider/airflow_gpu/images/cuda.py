@@ -70,6 +70,13 @@ def driver_runs(cuda: Version, driver: Version, compatibility: Compatibility = "
     return newest is not None and major_minor <= newest
 
 
+def min_driver(cuda: Version, compatibility: Compatibility = "strict") -> Version | None:
+    """The oldest driver that runs toolkit ``cuda`` (major.minor), or None when the table lacks it."""
+    if compatibility == "minor-version":
+        return MINOR_VERSION_MIN_DRIVER.get(cuda[0])
+    return CUDA_MIN_DRIVER.get((cuda[0], cuda[1] if len(cuda) > 1 else 0))
+
+
 def driver_limit_text(driver: Version, compatibility: Compatibility = "strict", label: str | None = None) -> str:
     """``"driver 535 supports CUDA <= 12.2"``; ``label`` is the driver as the user wrote it."""
     name = label or show(driver)

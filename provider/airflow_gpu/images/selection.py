@@ -21,6 +21,7 @@ from airflow_gpu.images.cuda import (
     Compatibility,
     Version,
     driver_limit_text,
+    min_driver,
     parse_version,
     show,
 )
@@ -58,12 +59,24 @@ class ImageError(ValueError):
 
 
 @dataclass(frozen=True)
+class Candidate:
+    """One catalog image of the family a selection looked in, and what kept it out (nothing: it
+    runs and matches what was asked; the choice is the newest such one)."""
+
+    image: ImageInfo
+    problems: tuple[str, ...]
+    chosen: bool = False
+
+
+@dataclass(frozen=True)
 class ImageChoice:
     """The selected image and why it was chosen."""
 
     reference: str
     image: ImageInfo
     reasons: tuple[str, ...]
+    #: Every image of the family and flavor looked in, newest first, each with what kept it out.
+    candidates: tuple[Candidate, ...] = ()
 
     def __str__(self) -> str:
         return self.reference
@@ -155,8 +168,14 @@ def select_image(
     family = _family(spec, registry, framework)
     flavor = _effective_flavor(spec, family, flavor)
     in_family = [i for i in catalog.images() if i.family == family and _flavor_ok(i, flavor)]
-    compatible = [i for i in in_family if not problems(i, spec, driver, compatibility)]
-    wanted = [i for i in compatible if _matches(i.framework_version, framework_version) and _matches(i.cuda, cuda)]
+    found = {i.reference: problems(i, spec, driver, compatibility, driver_version) for i in in_family}
+    compatible = [i for i in in_family if not found[i.reference]]
+    for image in compatible:
+        if not _matches(image.framework_version, framework_version):
+            found[image.reference] = [f"{framework} {framework_version} was asked for"]
+        elif not _matches(image.cuda, cuda):
+            found[image.reference] = [f"CUDA {cuda} was asked for"]
+    wanted = [i for i in compatible if not found[i.reference]]
     constraints = [gpu_requirement(spec)]
     if driver is not None:
         constraints.append(driver_limit_text(driver, compatibility, driver_version))
@@ -166,11 +185,17 @@ def select_image(
         )
     choice = _newest_first(wanted)[0]
     asked = " ".join(part for part in (framework if framework != "none" else "CUDA base", framework_version) if part)
-    reasons = (
+    reasons = [
         *constraints,
         f"newest {asked} image in the {family} catalog that meets them: {_describe(choice)}",
+    ]
+    needs = min_driver(choice.cuda, compatibility) if choice.cuda else None
+    if needs is not None:
+        reasons.append(f"it needs a driver >= {show(needs)} on the nodes (CUDA {show(choice.cuda or ())})")
+    candidates = tuple(
+        Candidate(i, tuple(found[i.reference]), i.reference == choice.reference) for i in _newest_first(in_family)
     )
-    return ImageChoice(choice.reference, choice, reasons)
+    return ImageChoice(choice.reference, choice, tuple(reasons), candidates)
 
 
 def _describe(image: ImageInfo) -> str:

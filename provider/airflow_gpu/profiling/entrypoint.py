@@ -83,7 +83,8 @@ def log(message: str) -> None:
 def choose_sampler(env: Mapping[str, str], interval: float) -> tuple[Sampler | None, list[str]]:
     """The started sampler ``AIRFLOW_GPU_PROFILER`` asks for (auto: NVML, else nvidia-smi), and notes.
 
-    The notes say why none started; a fallback that worked needs no excuse for the one before it.
+    The notes say why none started; a fallback that worked needs no excuse for the one before it,
+    unless that one is misconfigured (a ``pynvml`` that is not nvidia-ml-py's): the user can fix that.
     """
     choice = (env.get("AIRFLOW_GPU_PROFILER") or "auto").strip().lower()
     notes: list[str] = []
@@ -102,6 +103,8 @@ def choose_sampler(env: Mapping[str, str], interval: float) -> tuple[Sampler | N
         except Exception as error:  # a sampler's own bug must not end the task
             sampler.note = f"{sampler.source}: {type(error).__name__}: {error}"
         reasons.append(sampler.note or f"{sampler.source}: unavailable")
+        if getattr(sampler, "misconfigured", False):
+            notes.append(reasons[-1])
     return None, [*notes, "no GPU profile: " + "; ".join(reasons)]
 
 
@@ -336,14 +339,16 @@ def print_marker(lines: Sequence[str]) -> None:
 
 
 def _start_profiling(
-    env: Mapping[str, str], interval: float, notes: list[str]
+    env: Mapping[str, str], interval: float, notes: list[str], late: threading.Event
 ) -> tuple[Sampler | None, SpotWatcher | None]:
+    """The sampler and the spot watcher; their notes go to ``notes``, and the one line a user should
+    read now to the log, unless the command has already ended without them (``late``)."""
     sampler: Sampler | None = None
     try:
         sampler, said = choose_sampler(env, interval)
         notes.extend(said)
-        if sampler is None:
-            log(said[-1])
+        if said and not late.is_set():
+            log(said[-1])  # why there is no profile, or what to fix in the image
     except Exception as error:
         notes.append(f"no GPU profile: {type(error).__name__}: {error}")
     watcher = None
@@ -421,16 +426,29 @@ def main(argv: Sequence[str] | None = None, *, interval: float | None = None) ->
         # Started beside the child: NVML or nvidia-smi can hang on a GPU that fell off the bus, and
         # the command's end must still end the container.
         started_parts: list[tuple[Sampler | None, SpotWatcher | None]] = []
-        starter = threading.Thread(
-            target=lambda: started_parts.append(_start_profiling(env, seconds, notes)),
-            name="airflow-gpu-profiler-start", daemon=True,
-        )  # fmt: skip
+        start_notes: list[str] = []
+        late, handover = threading.Event(), threading.Lock()
+
+        def start() -> None:
+            parts = _start_profiling(env, seconds, start_notes, late)
+            with handover:
+                if not late.is_set():
+                    started_parts.append(parts)
+                    return
+            _stop_profiling(*parts, [])  # up after the command ended and the budget was spent: unread
+
+        starter = threading.Thread(target=start, name="airflow-gpu-profiler-start", daemon=True)
         starter.start()
         code = exit_code(child.wait())
         ended = time.time()
         starter.join(START_BUDGET_SECONDS)
+        with handover:
+            if not started_parts:
+                late.set()
         sampler, watcher = started_parts[0] if started_parts else (None, None)
-        if not started_parts:
+        if started_parts:
+            notes.extend(start_notes)
+        else:
             notes.append(f"the GPU samplers did not start within {START_BUDGET_SECONDS:g} s (a hung driver?)")
         # Whatever hangs from here on (a sampler that will not stop), the command's exit code is kept.
         watchdog = threading.Timer(EXIT_BUDGET_SECONDS, os._exit, args=(code,))

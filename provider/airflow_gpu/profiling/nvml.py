@@ -48,6 +48,10 @@ def cuda_version(value: int) -> str:
     return f"{value // 1000}.{value % 1000 // 10}"
 
 
+class _NeverRaised(Exception):
+    """What the error clauses catch until ``start()`` has found the module's own NVMLError."""
+
+
 class NvmlSampler(KeepsSamples):
     """Reads every GPU NVML sees each ``interval`` seconds, from ``start()`` to ``stop()``."""
 
@@ -58,7 +62,11 @@ class NvmlSampler(KeepsSamples):
             raise ValueError(f"interval must be positive, got {interval}")
         self.interval = interval
         self.note: str | None = None
+        #: True when pynvml is there but is not nvidia-ml-py's: worth a line even when nvidia-smi takes over.
+        self.misconfigured = False
         self._nvml = nvml
+        self._error: type[BaseException] = _NeverRaised  # nvml.NVMLError, once start() has checked it
+        self._not_supported: type[BaseException] = _NeverRaised
         self._handles: list[Any] = []
         self._gpus: list[dict[str, Any]] = []
         self._info: dict[str, Any] = {"driver": None, "cuda": None, "gpus": [], "topology": None}
@@ -74,7 +82,7 @@ class NvmlSampler(KeepsSamples):
         """``nvml.<name>(*args)``, or None when it fails or this nvidia-ml-py does not have it."""
         try:
             return getattr(self._nvml, name)(*args)
-        except (self._nvml.NVMLError, AttributeError):
+        except (self._error, AttributeError):
             return None
 
     def _metric(self, gpu: int, name: str, *args: Any) -> Any:
@@ -83,9 +91,9 @@ class NvmlSampler(KeepsSamples):
             return None
         try:
             return getattr(self._nvml, name)(*args)
-        except self._nvml.NVMLError_NotSupported:
+        except self._not_supported:
             self._unsupported.add((gpu, name))
-        except self._nvml.NVMLError:
+        except self._error:
             pass
         except AttributeError:  # an nvidia-ml-py too old to have the function
             self._unsupported.add((gpu, name))
@@ -101,6 +109,19 @@ class NvmlSampler(KeepsSamples):
             except ImportError:
                 self.note = "NVML: pynvml (nvidia-ml-py) is not installed in the image"
                 return False
+        error = getattr(self._nvml, "NVMLError", None)
+        if not (isinstance(error, type) and issubclass(error, BaseException)):
+            where = getattr(self._nvml, "__file__", None) or type(self._nvml).__name__
+            self.note = (
+                f"NVML: the pynvml module at {where} is not nvidia-ml-py's (it has no NVMLError): "
+                "pip install nvidia-ml-py in the image, or set AIRFLOW_GPU_PROFILER=nvidia-smi"
+            )
+            self.misconfigured = True
+            return False
+        self._error = error
+        not_supported = getattr(self._nvml, "NVMLError_NotSupported", None)
+        if isinstance(not_supported, type) and issubclass(not_supported, BaseException):
+            self._not_supported = not_supported
         try:
             self._nvml.nvmlInit()
         except Exception as error:  # NVMLError_LibraryNotFound and kin, or a broken ctypes load
@@ -110,7 +131,7 @@ class NvmlSampler(KeepsSamples):
         try:
             count = int(self._nvml.nvmlDeviceGetCount())
             self._handles = [self._nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-        except self._nvml.NVMLError as error:
+        except self._error as error:
             self.note = f"NVML: cannot list the GPUs ({text(error)})"
             self._shutdown()
             return False
@@ -233,7 +254,7 @@ class NvmlSampler(KeepsSamples):
         for link in range(int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18))):
             try:
                 active = nvml.nvmlDeviceGetNvLinkState(handle, link)
-            except (nvml.NVMLError, AttributeError):  # no NVLink, or past this GPU's last link
+            except (self._error, AttributeError):  # no NVLink, or past this GPU's last link
                 break
             if not active:
                 continue

@@ -19,7 +19,10 @@ WAIT = (
     'echo "::airflow-gpu-result::{\\"batch_attempt\\": $AWS_BATCH_JOB_ATTEMPT, '
     '\\"gpu_attempt\\": $AIRFLOW_GPU_ATTEMPT}"'
 )
+# The stack runs these while the scenario runs hold its executor slots: first in line for a slot.
 COMMON = {
+    "priority_weight": 1000,
+    "weight_rule": "absolute",
     "accelerator": "L4",
     "command": ["sh", "-c", WAIT],
     "environment": {"RELEASE": "{{ dag_run.conf['release'] }}"},

@@ -21,7 +21,10 @@ WAIT = (
     'echo "shard $0 waiting"; while [ ! -f "$RELEASE" ]; do sleep 0.2; done; '
     'echo "::airflow-gpu-result::{\\"shard\\": \\"$0\\", \\"attempt\\": $AIRFLOW_GPU_ATTEMPT}"'
 )
+# The stack runs these while the scenario runs hold its executor slots: first in line for a slot.
 COMMON = {
+    "priority_weight": 1000,
+    "weight_rule": "absolute",
     "accelerator": "L4",
     "cmds": ["sh", "-c", WAIT],
     "env_vars": {"RELEASE": "{{ dag_run.conf['release'] }}"},

@@ -7,6 +7,7 @@ the Status on channel 3: ``details.causes[0].message``) and the API server's 400
 from __future__ import annotations
 
 import json
+import signal
 import urllib.error
 import urllib.request
 
@@ -149,3 +150,38 @@ def test_exec_starts_where_the_container_runs(core: client.CoreV1Api) -> None:
     )  # fmt: skip
     out.run_forever(timeout=10)
     assert (out.read_stdout().strip(), out.returncode) == (where, 3)
+
+
+def test_a_container_and_an_exec_start_with_no_signal_ignored(core: client.CoreV1Api) -> None:
+    """As a container runtime starts them, whatever the process running the emulator ignores. A test
+    runner in a background job (or an xdist worker) ignores SIGINT; inherited, that made a shell skip
+    its ``trap ... INT`` silently (POSIX: a signal ignored on entry cannot be trapped), so KPO's
+    ``kill -2`` never ended its xcom sidecar and the task hung."""
+    script = "grep SigIgn /proc/$$/status; trap 'exit 0' INT; echo ready; while true; do sleep 0.1; done"
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        core.create_namespaced_pod("default", pod_manifest("trapped", ["sh", "-c", script]))
+        wait_for(phase_is(core, "trapped", "Running"))
+        wait_for(lambda: "ready" in core.read_namespaced_pod_log("trapped", "default"))
+        said = stream(
+            core.connect_get_namespaced_pod_exec,
+            "trapped",
+            "default",
+            command=["sh", "-c", "grep SigIgn /proc/$$/status; kill -2 1"],  # PID 1 passes it on
+            stdout=True,
+            stderr=True,
+            stdin=False,
+            tty=False,
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    wait_for(phase_is(core, "trapped", "Succeeded"))  # the trap ran: exit 0
+    log = core.read_namespaced_pod_log("trapped", "default", _preload_content=False).data.decode()
+    assert ignored(said) == ignored(log) == []
+
+
+def ignored(status_lines: str) -> list[int]:
+    """The standard signals (1-31) a ``/proc/<pid>/status`` says are ignored; glibc keeps its own
+    real-time ones (32, 33) to itself."""
+    mask = int(next(line for line in status_lines.splitlines() if line.startswith("SigIgn:")).split()[1], 16)
+    return [number for number in range(1, 32) if mask >> (number - 1) & 1]

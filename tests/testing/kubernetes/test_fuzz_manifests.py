@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from kubernetes import client
 
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
+from tests.properties import examples
 
 _names = st.one_of(st.from_regex(r"[a-z][a-z0-9-]{0,10}[a-z0-9]", fullmatch=True), st.text(max_size=8))
 _quantity = st.one_of(
@@ -50,7 +51,7 @@ _spec_extras = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(pod=_pod, extras=_spec_extras)
 def test_random_manifests_never_crash_the_server(
     kubernetes_emulator: KubernetesEmulator, core: client.CoreV1Api, pod: dict[str, Any], extras: dict[str, Any]

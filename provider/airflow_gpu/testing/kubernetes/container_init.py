@@ -39,6 +39,9 @@ FORWARDED = (
     _signal.SIGUSR2,
 )
 
+#: Every signal a process can catch or ignore (not SIGKILL and SIGSTOP).
+DEFAULTED = tuple(s for s in _signal.valid_signals() if s not in (_signal.SIGKILL, _signal.SIGSTOP))
+
 
 def _bind_mounts(mounts: list[tuple[str, str, bool]]) -> None:
     import ctypes  # only containers with volumes pay for it
@@ -81,7 +84,10 @@ def main(argv: list[str]) -> None:
             os.chdir(cwd)
         except OSError:  # no such working directory: the pod's scratch directory, as before
             os.chdir(fallback)
-        child = os.posix_spawnp(command[0], command, env)
+        # Every signal at its default, as a container runtime starts a container's process: one this
+        # file inherited ignored (a test runner in a background job ignores SIGINT) would otherwise
+        # stay ignored, and POSIX shells then silently skip ``trap ... INT`` (KPO's xcom sidecar).
+        child = os.posix_spawnp(command[0], command, env, setsigdef=DEFAULTED)
     except OSError as error:
         _fail(status_fd, f'exec: "{command[0]}": {error.strerror or error}')
     os.write(status_fd, b"S")  # not EOF: unshare, our parent, holds this pipe open too

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -55,6 +57,21 @@ NAMESPACED = (
     "-S",
     str(Path(__file__).with_name("container_init.py")),
 )
+
+
+@functools.cache
+def default_signals() -> tuple[str, ...]:
+    """What goes before a command the kubelet runs in a container (exec, preStop) so that it starts
+    with every signal at its default, as the container runtime starts it: ``env --default-signal``
+    (GNU coreutils 8.31 and later), or nothing where ``env`` lacks it. Without it a process inherits
+    what the test runner ignores (a background job ignores SIGINT), and a shell then silently skips
+    its ``trap ... INT``: KPO's ``kill -2`` of its xcom sidecar would never end the pod."""
+    try:
+        works = subprocess.run(["env", "--default-signal", "true"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        works = False
+    return ("env", "--default-signal") if works else ()
+
 
 #: Host variables a container process inherits (a real container gets its image's instead).
 INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV", "PYTHONPATH", "SYSTEMROOT")
@@ -104,19 +121,24 @@ class _ContainerProtocol(asyncio.subprocess.SubprocessStreamProtocol):
         self.exited.set()
 
 
-async def start_process(command: list[str], **options: Any) -> tuple[asyncio.subprocess.Process, asyncio.Event]:
-    """``asyncio.create_subprocess_exec`` that also returns the event of the process's own exit."""
+async def start_process(
+    command: list[str], **options: Any
+) -> tuple[asyncio.subprocess.Process, asyncio.Event, asyncio.SubprocessTransport]:
+    """``asyncio.create_subprocess_exec`` that also returns the event of the process's own exit, and
+    its transport: closing it before the loop closes is the kubelet's job (``PodRun.release``), or
+    its pipes are closed from the garbage collector on a closed loop ("Event loop is closed")."""
     loop = asyncio.get_running_loop()
     transport, protocol = await loop.subprocess_exec(
         lambda: _ContainerProtocol(limit=2**16, loop=loop), *command, **options
     )
-    return asyncio.subprocess.Process(transport, protocol, loop), protocol.exited
+    return asyncio.subprocess.Process(transport, protocol, loop), protocol.exited, transport
 
 
 @dataclass
 class ContainerRun:
     name: str
     process: asyncio.subprocess.Process | None = None
+    transport: asyncio.SubprocessTransport | None = None
     exited: asyncio.Event = field(default_factory=asyncio.Event)  # the main process is gone
     lines: list[tuple[str, str]] = field(default_factory=list)  # (RFC 3339 nano timestamp, text)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -211,7 +233,11 @@ class PodRun:
         self.volumes: PodVolumes | None = None
 
     def release(self) -> None:
-        """Undo what the pod left on this host: its volumes (tmpfs mounts) and its work directory."""
+        """Undo what the pod left on this host: its processes' pipes, its volumes (tmpfs mounts) and
+        its work directory."""
+        for run in self.containers.values():
+            if run.transport is not None:
+                run.transport.close()
         if self.volumes is not None:
             self.volumes.release()
         shutil.rmtree(self.workdir, ignore_errors=True)
@@ -247,7 +273,9 @@ class PodRun:
         for run, command in hooks:
             assert command is not None
             pid = run.namespace_pid()  # in the container's namespaces, with its environment, as exec
-            prefix = ["nsenter", f"--target={pid}", "--mount", "--pid", "--"] if pid is not None else []
+            prefix = (
+                [*default_signals(), "nsenter", f"--target={pid}", "--mount", "--pid", "--"] if pid is not None else []
+            )
             with contextlib.suppress(OSError, asyncio.TimeoutError):
                 hook = await asyncio.create_subprocess_exec(
                     *prefix,
@@ -256,7 +284,13 @@ class PodRun:
                     stderr=asyncio.subprocess.DEVNULL,
                     env=run.env or None,
                 )
-                await asyncio.wait_for(hook.wait(), timeout=max(grace_seconds, 1))
+                try:
+                    await asyncio.wait_for(hook.wait(), timeout=max(grace_seconds, 1))
+                finally:  # a hook past the grace period is killed with its container, and reaped here
+                    if hook.returncode is None:
+                        with contextlib.suppress(ProcessLookupError):
+                            hook.kill()
+                        await hook.wait()
 
     async def stop(self, grace_seconds: float) -> None:
         """preStop hooks, SIGTERM, wait for the grace period, then SIGKILL what is left."""
@@ -307,7 +341,7 @@ class PodRun:
             launch += ["--", *command]
             options = {"cwd": self.workdir, "pass_fds": (status_write,)}
         try:
-            run.process, run.exited = await start_process(
+            run.process, run.exited, run.transport = await start_process(
                 launch,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import WSMsgType, web
 
+from airflow_gpu.testing.kubernetes.kubelet import default_signals
 from airflow_gpu.testing.kubernetes.objects import ApiError, bad_request
 
 if TYPE_CHECKING:
@@ -93,6 +94,7 @@ async def pod_exec(request: web.Request, state: ClusterState) -> web.StreamRespo
     try:
         process = await asyncio.create_subprocess_exec(
             # --wdns: the working directory as the container sees it (--wd would open the host's path).
+            *default_signals(),  # as the runtime starts an exec'd process: no signal ignored
             *["nsenter", f"--target={pid}", "--mount", "--pid", f"--wdns={workdir}", "--", *command],
             stdin=pipe if wants["stdin"] else asyncio.subprocess.DEVNULL,
             stdout=pipe,
