@@ -66,10 +66,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     they go last: the stack lives until the session ends, and its scheduler would otherwise keep a
     core busy through every unit test after them.
 
-    Among them, the tests that read a scenario run (``tests/e2e/scenarios.py``: all launched when
-    the first end-to-end test starts) go after the ones that drive runs of their own (a worker
-    killed, a task marked failed, a browser, ``airflow dags test``): those then run while the
-    scenarios do, and the scenario tests find their runs over when they come.
+    Among them, the tests that read a scenario run (``tests/e2e/scenarios.py``: all launched at
+    once when the first of them starts; the crashes and clicks they need are done by injectors
+    while the others run, and ``airflow dags test`` runs in a process of its own beside them) go
+    first, and the few that drive the UI (a browser, the report pages) after them, on a stack that
+    is no longer saturated: run beside the scenarios on two cores, the browser's timeouts fired.
     """
     e2e = REPO / "tests" / "e2e"
     distributed = "PYTEST_XDIST_WORKER" in os.environ
@@ -77,7 +78,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def place(item: pytest.Item) -> tuple[bool, bool]:
         in_e2e = item.path.is_relative_to(e2e)
         reads_a_scenario = "scenario_run" in getattr(item, "fixturenames", ())
-        return in_e2e != distributed, reads_a_scenario
+        return in_e2e != distributed, not reads_a_scenario
 
     items.sort(key=place)
 

@@ -3,10 +3,11 @@ runs launched on it at once (tests/e2e/scenarios.py), and a migrated home for ``
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ import pytest
 from airflow_gpu.testing.airflow_stack import AirflowStack
 from airflow_gpu.testing.batch.emulator import BatchEmulator
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
-from tests.e2e.scenarios import STACK_DAGS, Scenario, ScenarioLauncher, ScenarioRun
+from tests.e2e.scenarios import STACK_DAGS, Injector, Scenario, ScenarioLauncher, ScenarioRun
 
 SCENARIOS = pytest.StashKey[list[Scenario]]()
 BIN = Path(sys.executable).parent
@@ -37,18 +38,6 @@ def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     }
     subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
     return env
-
-
-@pytest.fixture
-def airflow(airflow_env: dict[str, str]) -> Callable[..., subprocess.CompletedProcess[str]]:
-    """Run the real ``airflow`` command with the shared home and extra environment."""
-
-    def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(BIN / "airflow"), *args], env={**airflow_env, **env}, capture_output=True, text=True, timeout=300
-        )
-
-    return run
 
 
 @pytest.fixture(scope="session")
@@ -118,9 +107,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def scenario_launcher(
     request: pytest.FixtureRequest,
     airflow_stack: tuple[AirflowStack, KubernetesEmulator],
+    stack_batch_emulator: BatchEmulator,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ScenarioLauncher]:
-    launcher = ScenarioLauncher(airflow_stack[0], tmp_path_factory.mktemp("scenarios"))
+    shared = {"kubernetes": airflow_stack[1], "batch": stack_batch_emulator}
+    launcher = ScenarioLauncher(airflow_stack[0], tmp_path_factory.mktemp("scenarios"), shared)
     try:
         launcher.launch(request.config.stash.get(SCENARIOS, []))
         yield launcher
@@ -130,10 +121,66 @@ def scenario_launcher(
 
 @pytest.fixture(autouse=True, scope="session")
 def _scenarios_under_way(request: pytest.FixtureRequest) -> None:
-    """The scenario runs start with the first end-to-end test, whichever it is, so that they run
-    while the tests before theirs (the lifecycle ones, the ``dags test`` one) do."""
+    """The scenario runs, and ``airflow dags test`` in its own process, start with the first
+    end-to-end test, whichever it is, so that they all run at once."""
     if request.config.stash.get(SCENARIOS, []):
         request.getfixturevalue("scenario_launcher")
+    if any("dags_test_run" in getattr(item, "fixturenames", ()) for item in request.session.items):
+        request.getfixturevalue("dags_test_run")
+
+
+class DagsTestRun:
+    """``airflow dags test`` of one scenario DAG in a process of its own, against an emulator of its
+    own with the injector the test names, started beside the scenarios; ``wait`` gives its output."""
+
+    def __init__(self, env: dict[str, str], root: Path, dag_id: str, dag_file: Path, injector: Injector) -> None:
+        self.root, self.injector = root, injector
+        self.emulator = KubernetesEmulator("demo", job_backoff_seconds=1).start()
+        self.emulator.kubeconfig_path = self.emulator.write_kubeconfig(root / "kubeconfig")
+        injector.emulator = self.emulator
+        injector.start()
+        conf = {"workdir": str(root), "kubeconfig": str(self.emulator.kubeconfig_path)}
+        self.process = subprocess.Popen(
+            [str(BIN / "airflow"), "dags", "test", dag_id, "--conf", json.dumps(conf), "--dagfile-path", str(dag_file)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def wait(self, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        try:
+            out, _ = self.process.communicate(timeout=timeout)
+        finally:
+            self.injector.stop.set()
+            self.injector.join(timeout=30)
+        return subprocess.CompletedProcess(self.process.args, self.process.returncode, out, "")
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.communicate()
+        self.injector.stop.set()
+        self.emulator.stop()
+
+
+@pytest.fixture(scope="session")
+def dags_test_run(airflow_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[DagsTestRun]:
+    """The deferrable preemption scenario through ``airflow dags test`` (``dag.test()``), as users run
+    their DAGs against the emulator in their own tests: the trigger runs inline, in one process."""
+    from tests.e2e.test_gpu_kubernetes_operator import Preempter
+
+    run = DagsTestRun(
+        airflow_env,
+        tmp_path_factory.mktemp("dags-test"),
+        "gpu_kubernetes_preempt_deferrable",
+        STACK_DAGS / "gpu_kubernetes_scenarios.py",  # parse this file only
+        Preempter(times=2),
+    )
+    try:
+        yield run
+    finally:
+        run.close()
 
 
 @pytest.fixture

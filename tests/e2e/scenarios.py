@@ -22,11 +22,12 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 import urllib.error
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import pytest
 
@@ -34,6 +35,7 @@ from airflow_gpu.testing.airflow_stack import AirflowStack
 from airflow_gpu.testing.polling import wait_for
 
 Backend = Literal["kubernetes", "batch", "shared"]
+T = TypeVar("T")
 FINISHED = ("success", "failed")
 STACK_DAGS = Path(__file__).resolve().parent / "stack_dags"  # the scenario DAGs, beside the lifecycle ones
 
@@ -64,6 +66,16 @@ class Injector(threading.Thread):
 
     def inject(self) -> None:  # pragma: no cover - every injector overrides it
         raise RuntimeError(f"{type(self).__name__} does not inject anything")
+
+    def until(self, probe: Callable[[], T | None], timeout: float, what: str, interval: float = 0.3) -> T:
+        """``wait_for`` that gives up as soon as the scenario's wait does (``stop``)."""
+        deadline = time.monotonic() + timeout
+        while not self.stop.is_set() and time.monotonic() < deadline:
+            value = probe()
+            if value:
+                return value
+            self.stop.wait(interval)
+        raise TimeoutError(f"{type(self).__name__}: stopped or timed out after {timeout:g} s waiting for {what}")
 
 
 class PodWatch(threading.Thread):
@@ -120,7 +132,8 @@ class PodWatch(threading.Thread):
 class Scenario:
     """One DAG run (or ``runs`` runs: the DAG's ``max_active_runs`` says whether they overlap) against
     an emulator of its own, with ``conf`` added to the run's ``dag_run.conf``. Backend ``shared``: the
-    stack's own ``kubernetes_default`` and ``aws_default`` emulators (an example DAG as shipped)."""
+    stack's own ``kubernetes_default`` and ``aws_default`` emulators (an example DAG as shipped); the
+    run's ``emulator`` is then ``{"kubernetes": ..., "batch": ...}``, never stopped by the scenario."""
 
     dag_id: str
     backend: Backend
@@ -244,8 +257,8 @@ def render(text: str) -> str:
 class ScenarioLauncher:
     """Starts every scenario's emulator and run at once; stops the emulators at the end."""
 
-    def __init__(self, stack: AirflowStack, root: Path) -> None:
-        self.stack, self.root = stack, root
+    def __init__(self, stack: AirflowStack, root: Path, shared: Mapping[str, Any] | None = None) -> None:
+        self.stack, self.root, self.shared = stack, root, dict(shared or {})
         self.runs: dict[str, ScenarioRun] = {}
 
     def launch(self, scenarios: Iterable[Scenario]) -> None:
@@ -280,7 +293,7 @@ class ScenarioLauncher:
 
     def _emulator(self, scenario: Scenario) -> Any:
         if scenario.backend == "shared":
-            return None
+            return self.shared
         if scenario.backend == "kubernetes":
             from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 
@@ -310,7 +323,7 @@ class ScenarioLauncher:
             if thread is not None:
                 thread.stop.set()
                 thread.join(timeout=30)
-        if run.emulator is not None:
+        if run.scenario.backend != "shared":
             run.emulator.stop()
 
     def close(self) -> None:

@@ -5,10 +5,7 @@ of them also through ``airflow dags test`` (``dag.test()``), the way users test 
 
 from __future__ import annotations
 
-import json
-import subprocess
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 from kubernetes import client, config
@@ -16,7 +13,8 @@ from kubernetes import client, config
 from airflow_gpu.links.profile import GPUProfileLink
 from airflow_gpu.plugins.urls import absolute_task_url
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
-from tests.e2e.scenarios import STACK_DAGS, Injector, Scenario, ScenarioRun, scenarios
+from tests.e2e.conftest import DagsTestRun
+from tests.e2e.scenarios import Injector, Scenario, ScenarioRun, scenarios
 
 
 def without_location(summary: dict[str, object]) -> dict[str, object]:
@@ -27,7 +25,6 @@ def without_location(summary: dict[str, object]) -> dict[str, object]:
 
 pytestmark = pytest.mark.slow
 
-Airflow = Callable[..., subprocess.CompletedProcess[str]]
 SPOT_NODES = ("gpu-spot-1", "gpu-spot-2")
 
 
@@ -178,28 +175,19 @@ def test_preemption_resumes_from_checkpoint(scenario_run: ScenarioRun) -> None:
     assert_resumed_after_two_preemptions(scenario_run, scenario_run.dag_id.endswith("_deferrable"))
 
 
-def test_dag_test_runs_a_deferrable_preemption_in_one_process(
-    airflow: Airflow, kubernetes_emulator: KubernetesEmulator, tmp_path: Path
-) -> None:
+def test_dag_test_runs_a_deferrable_preemption_in_one_process(dags_test_run: DagsTestRun) -> None:
     """``airflow dags test`` (``dag.test()``), as users run their DAGs against the emulator in their
-    own tests: the deferrable path with its trigger run inline, two preemptions, one answer."""
-    preempter = Preempter(times=2)
-    preempter.emulator = kubernetes_emulator
-    preempter.start()
-    conf = {"workdir": str(tmp_path), "kubeconfig": str(kubernetes_emulator.kubeconfig_path)}
-    completed = airflow(
-        "dags", "test", "gpu_kubernetes_preempt_deferrable", "--conf", json.dumps(conf),
-        "--dagfile-path", str(STACK_DAGS / "gpu_kubernetes_scenarios.py"),  # parse this file only
-    )  # fmt: skip
-    preempter.stop.set()
-    preempter.join(timeout=30)
-    assert preempter.error is None
+    own tests: the deferrable path with its trigger run inline, two preemptions, one answer. It ran
+    in its own process beside the scenarios (``tests/e2e/conftest.py``)."""
+    completed = dags_test_run.wait()
+    preempter = dags_test_run.injector
+    assert isinstance(preempter, Preempter) and preempter.error is None
     assert completed.returncode == 0, completed.stdout[-4000:]
     assert "result 465" in completed.stdout
     assert completed.stdout.count("SIGTERM at step") == 2
     assert completed.stdout.count("Pausing task as DEFERRED") >= 3
     assert "new_state=success" in completed.stdout
-    assert [f["pod"] for f in kubernetes_emulator.faults] == preempter.preempted
+    assert [f["pod"] for f in dags_test_run.emulator.faults] == preempter.preempted
 
 
 @both_modes("gpu_kubernetes_vanish", prepare=cordon_spot_nodes, injector=PendingPodDeleter)

@@ -1,5 +1,7 @@
 """The example DAGs on a real Airflow stack, driven through REST API v2 exactly as the UI does
-(token, unpause, POST dagRuns with conf), with one spot preemption injected while it runs.
+(token, unpause, POST dagRuns with conf), with one spot preemption injected while it runs: each a
+scenario on the stack's own emulators (``shared``), launched with the others, with the injector
+``make demo`` uses.
 
 The fan-out test covers what tests/e2e/test_gpu_fanout.py checked through ``airflow dags test``
 before it was merged here: every shard's result through XCom into the reduce step, one
@@ -9,23 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from kubernetes import client, config
 
-from airflow_gpu.testing.airflow_stack import AirflowStack
-from airflow_gpu.testing.batch.emulator import BatchEmulator
-from airflow_gpu.testing.demo import (
-    BATCH_DAG_ID,
-    DAG_ID,
-    inject_preemption,
-    inject_reclaim,
-    report,
-    report_batch,
-    watch_run,
-)
-from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
-from tests.e2e.scenarios import render
+from airflow_gpu.testing.demo import BATCH_DAG_ID, DAG_ID, inject_preemption, inject_reclaim, report, report_batch
+from tests.e2e.scenarios import Injector, Scenario, ScenarioRun, render, scenarios
 
 pytestmark = pytest.mark.slow
 
@@ -39,16 +32,24 @@ def expected_total(shards: int, rows: int) -> int:
     )
 
 
-def test_fanout_through_the_rest_api(airflow_stack: tuple[AirflowStack, KubernetesEmulator]) -> None:
-    stack, emulator = airflow_stack
-    stack.wait_for_dag(DAG_ID)
-    run_id = stack.trigger(DAG_ID)  # the DAG's own params, as the UI's trigger button sends them: 5 x 2000
-    done, lines = threading.Event(), []
-    injector = threading.Thread(target=inject_preemption, args=(emulator, done, lines.append), daemon=True)
-    injector.start()
-    state = watch_run(stack, run_id, lines.append, timeout=600)
-    done.set()
-    assert state == "success", "\n".join(lines)
+class DemoInjector(Injector):
+    """``make demo``'s fault for the DAG (a spot reclaim of one shard's node, or of the training
+    job's host), and the line the demo prints about it."""
+
+    def __init__(self, inject: Callable[[Any, threading.Event, Callable[[str], None]], None], backend: str) -> None:
+        super().__init__()
+        self.inject_fault, self.backend, self.lines = inject, backend, []
+
+    def inject(self) -> None:
+        self.inject_fault(self.emulator[self.backend], self.stop, self.lines.append)
+
+
+@scenarios(Scenario(DAG_ID, "shared", injector=lambda: DemoInjector(inject_preemption, "kubernetes")))
+def test_fanout_through_the_rest_api(scenario_run: ScenarioRun) -> None:
+    """The DAG's own params, as the UI's trigger button sends them: 5 shards x 2000 rows."""
+    stack, emulator, run_id = scenario_run.stack, scenario_run.emulator["kubernetes"], scenario_run.run_id
+    assert isinstance(scenario_run.injector, DemoInjector)
+    assert scenario_run.state() == "success", "\n".join(scenario_run.injector.lines)
 
     instances = stack.task_instances(DAG_ID, run_id)
     shards = sorted((ti for ti in instances if ti["task_id"] == "score_shard"), key=lambda ti: ti["map_index"])
@@ -94,20 +95,16 @@ def test_fanout_through_the_rest_api(airflow_stack: tuple[AirflowStack, Kubernet
     assert any(line.startswith("  shard 3  success  on H100/spot") for line in printed)
 
 
-def test_batch_training_through_the_rest_api(
-    airflow_stack: tuple[AirflowStack, KubernetesEmulator], stack_batch_emulator: BatchEmulator
-) -> None:
+@scenarios(
+    Scenario(BATCH_DAG_ID, "shared", injector=lambda: DemoInjector(inject_reclaim, "batch"), conf={"epochs": 12})
+)
+def test_batch_training_through_the_rest_api(scenario_run: ScenarioRun) -> None:
     """The Batch example DAG as ``make demo`` runs it: its spot host reclaimed once, the checkpoint
     carries the training across the attempt Batch retries, and ``evaluate`` reads the result."""
-    stack, _ = airflow_stack
-    stack.wait_for_dag(BATCH_DAG_ID)
-    run_id = stack.trigger(BATCH_DAG_ID, {"epochs": 12})
-    done, lines = threading.Event(), []
-    injector = threading.Thread(target=inject_reclaim, args=(stack_batch_emulator, done, lines.append), daemon=True)
-    injector.start()
-    state = watch_run(stack, run_id, lines.append, timeout=600, dag_id=BATCH_DAG_ID)
-    done.set()
-    assert state == "success", "\n".join(lines)
+    stack, run_id = scenario_run.stack, scenario_run.run_id
+    stack_batch_emulator = scenario_run.emulator["batch"]
+    assert isinstance(scenario_run.injector, DemoInjector)
+    assert scenario_run.state() == "success", "\n".join(scenario_run.injector.lines)
     result = stack.xcom(BATCH_DAG_ID, run_id, "train")
     assert result["epoch"] == 12 and result["loss"] < 1.0
     assert stack.xcom(BATCH_DAG_ID, run_id, "evaluate") == result
