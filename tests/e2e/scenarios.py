@@ -27,7 +27,7 @@ import urllib.error
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 import pytest
 
@@ -44,8 +44,14 @@ class Injector(threading.Thread):
     """A fault injector: works on one scenario's emulator from the trigger to the run's end.
 
     ``bind`` gives it the emulator and the run before it starts; ``inject`` polls the emulator's
-    API (or the run's log) for the state it waits for and returns once ``stop`` is set."""
+    API (or the run's log) for the state it waits for and returns once ``stop`` is set.
 
+    ``outlives_the_run``: what it injects ends the run (a person's "Mark Failed" fails the run at
+    once), and what it then waits for (the pod's deletion, the job's termination) follows later,
+    from the killed task's ``on_kill``. The scenario's wait lets such an injector finish by itself
+    once the run has ended, instead of stopping it (and then the emulator) under that cleanup."""
+
+    outlives_the_run: ClassVar[bool] = False
     emulator: Any
     scenario_run: ScenarioRun
 
@@ -171,8 +177,10 @@ class ScenarioRun:
         return self.run_ids[0]
 
     def wait(self, timeout: float = 300) -> ScenarioRun:
-        """Until every run of the scenario has ended; then the injector stops. An injector that
-        failed, or did not stop, fails the test (also when the run did not end in time)."""
+        """Until every run of the scenario has ended; then the injector stops (one that
+        ``outlives_the_run`` first gets ``timeout`` to finish by itself). An injector that failed,
+        or did not stop, fails the test (also when the run did not end in time)."""
+        ended = False
         try:
             for run_id in self.run_ids:
                 wait_for(
@@ -181,12 +189,15 @@ class ScenarioRun:
                     f"{self.dag_id} {run_id} to end",
                     interval=0.5,
                 )
+            ended = True
         except TimeoutError as timeout_error:
             if self.injector is not None and self.injector.error is not None:
                 raise timeout_error from self.injector.error
             raise
         finally:
             if self.injector is not None:
+                if ended and self.injector.outlives_the_run:  # its own waits are bounded
+                    self.injector.join(timeout=timeout)
                 self.injector.stop.set()
                 self.injector.join(timeout=30)
         if self.injector is not None:

@@ -27,9 +27,15 @@ class JobInjector(Injector):
 
 
 class MarkFailedWhenRunning(JobInjector):
+    """Marks the task failed once its workload runs (its SIGTERM trap set), then waits for the
+    job's termination, which the task's ``on_kill`` sends after the run has failed."""
+
+    outlives_the_run = True
+
     def inject(self) -> None:
         run = self.scenario_run
         self.job = self.running_job()
+        self.until(lambda: (run.workdir / "release.ready").exists(), 120, "the workload's trap")
         mark_failed(run.stack, run.dag_id, run.run_id, "train")
         self.until(lambda: self.job.status == "FAILED", 120, "the job to be terminated")
 

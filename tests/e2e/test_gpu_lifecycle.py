@@ -98,13 +98,21 @@ class PodInjector(Injector):
     def release(self) -> None:
         (self.scenario_run.workdir / "release").touch()
 
+    def ready(self, *shards: str) -> None:
+        """Until each shard's workload has set its SIGTERM trap (it says so with a file)."""
+        workdir = self.scenario_run.workdir
+        self.until(lambda: all((workdir / f"release.ready.{s}").exists() for s in shards), 120, f"{shards} ready")
+
 
 class MarkFailedWhenRunning(PodInjector):
-    """Marks the task failed once its pod runs, then waits for the pod to go."""
+    """Marks the task failed once its workload runs, then waits for the pod to go."""
+
+    outlives_the_run = True  # the run fails at the click; the pod goes at the task's next heartbeat
 
     def inject(self) -> None:
         run = self.scenario_run
         [self.pod] = self.running(1)
+        self.ready("solo")
         mark_failed(run.stack, run.dag_id, run.run_id, "train")
         # on_kill deletes the pod with the policy's grace period: the workload gets SIGTERM, then it is gone.
         self.until(lambda: not pods(self.api, run.dag_id), 120, "the pod to be deleted")
@@ -130,6 +138,7 @@ class MarkOneShardFailed(PodInjector):
     def inject(self) -> None:
         run = self.scenario_run
         self.running(3)
+        self.ready("0", "1", "2")
         self.until(lambda: [ti["state"] for ti in run.task_instances()] == ["deferred"] * 3, 120, "three deferrals")
         # Mark Failed once the triggerer runs shard 1's trigger (it logs to its own file): a trigger the
         # triggerer has not picked up yet is deleted without running any code, ours or KPO's.

@@ -2,7 +2,7 @@
 (connection ``aws_<dag_id>``).
 
 The job waits for ``<dag_run.conf["workdir"]>/release``, writes ``release.sigterm`` there on
-SIGTERM, and prints its Batch attempt as the task's result.
+SIGTERM (``release.ready`` once that trap is set), and prints its Batch attempt as the task's result.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from airflow.sdk import DAG
 from airflow_gpu.operators.batch import GPUBatchOperator
 
 WAIT = (
-    "trap 'touch \"$RELEASE.sigterm\"; exit 143' TERM; echo waiting; "
+    "trap 'touch \"$RELEASE.sigterm\"; exit 143' TERM; : > \"$RELEASE.ready\"; echo waiting; "
     'while [ ! -f "$RELEASE" ]; do sleep 0.2; done; '
     'echo "::airflow-gpu-result::{\\"batch_attempt\\": $AWS_BATCH_JOB_ATTEMPT, '
     '\\"gpu_attempt\\": $AIRFLOW_GPU_ATTEMPT}"'

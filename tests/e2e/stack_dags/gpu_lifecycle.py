@@ -3,8 +3,10 @@ a running GPU task. Each has an emulator of its own, reached through connection 
 
 Each workload waits for ``<dag_run.conf["workdir"]>/release`` (the test's injector creates it
 when it has seen what it needs), writes ``release.sigterm.<shard>`` there when it gets SIGTERM,
-and prints its attempt as the task's result. That keeps the tests free of sleeps: the pod runs
-exactly as long as the test needs it to.
+and prints its attempt as the task's result. It writes ``release.ready.<shard>`` once its SIGTERM
+trap is set: a pod is Running from its first process on (here the profiler, a Python starting up),
+and a SIGTERM before the trap ends the workload before it could ever answer it. That keeps the
+tests free of sleeps: the pod runs exactly as long as the test needs it to.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from airflow_gpu.operators.kubernetes import GPUKubernetesOperator
 from airflow_gpu.spot.policy import SpotPolicy
 
 WAIT = (
-    'trap \'echo "$0" > "$RELEASE.sigterm.$0"; exit 143\' TERM; '
+    'trap \'echo "$0" > "$RELEASE.sigterm.$0"; exit 143\' TERM; : > "$RELEASE.ready.$0"; '
     'echo "shard $0 waiting"; while [ ! -f "$RELEASE" ]; do sleep 0.2; done; '
     'echo "::airflow-gpu-result::{\\"shard\\": \\"$0\\", \\"attempt\\": $AIRFLOW_GPU_ATTEMPT}"'
 )
