@@ -68,11 +68,13 @@ pytest: system-packages-test install
 test: system-packages-test lint typecheck docs pytest
 
 # The inner loop: unit and emulator-API tests, no Airflow process, browser or training (the `slow`
-# marker, which tests/programs.py enforces), in under a minute on 2 cores. Four workers on two cores:
-# the emulator tests mostly wait on their emulators' clocks. The quick Hypothesis profile tries a fifth
-# of the examples, the same ones each run (tests/properties.py).
+# marker, which tests/programs.py enforces), in under a minute on 2 cores. Three workers on two cores:
+# the emulator tests mostly wait on their emulators' clocks, and each worker pays about 7 s of CPU to
+# import and collect the suite (a fourth costs more than it overlaps). tests/e2e is all `slow`: not
+# even imported. The quick Hypothesis profile tries a fifth of the examples, the same ones each run
+# (tests/properties.py).
 test-quick: install
-	$(BIN)/pytest -m "not slow" -q -n 4 --hypothesis-profile=quick --durations=10
+	$(BIN)/pytest -m "not slow" -q -n 3 --ignore=tests/e2e --hypothesis-profile=quick --durations=10
 
 bench: install
 	$(BIN)/python bench/import_time.py

@@ -12,9 +12,11 @@
    starts the ``airflow`` command, a browser (or Playwright's driver, which starts one) or an
    ``accelerate launch``/``torchrun`` fails, so that ``make test-quick`` stays the quick loop.
 
-Only processes started from the pytest process are seen (an audit hook lives in one interpreter):
-the Airflow stack's own children are Airflow and Python, and the emulators run in this process.
-A browser that Playwright's driver starts is declared by the test through ``program()``.
+Only what the pytest process starts itself is seen (an audit hook lives in one interpreter):
+``subprocess`` (asyncio's too), ``os.exec*``, ``os.posix_spawn*`` and ``os.system`` (as its shell).
+The commands inside a shell script, and what a started program starts in turn, are not: the
+Airflow stack's own children are Airflow and Python, the emulators run in this process, and a
+browser that Playwright's driver starts is declared by the test through ``program()``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,8 +102,11 @@ class Recorder:
     test: str = BETWEEN_TESTS
     started: list[Started] = field(default_factory=list)
 
+    lock: threading.Lock = field(default_factory=threading.Lock)  # threads start programs too
+
     def seen(self, path: str, argv: Sequence[str], via: str = "") -> None:
-        self.started.append(Started(self.test, path, [str(a) for a in argv]))
+        with self.lock:
+            self.started.append(Started(self.test, path, [str(a) for a in argv]))
 
     def audit(self, event: str, args: tuple[object, ...]) -> None:
         if event == "subprocess.Popen":
@@ -108,6 +114,8 @@ class Recorder:
             env = args[3]
         elif event in ("os.posix_spawn", "os.exec"):
             executable, argv, env = args[0], args[1], args[2]
+        elif event == "os.system":  # its shell; the command line is the shell's to run
+            executable, argv, env = "/bin/sh", ["sh", "-c", args[0]], None
         else:
             return
         words = [os.fsdecode(a) for a in argv] if isinstance(argv, (list, tuple)) else [os.fsdecode(argv)]  # type: ignore[arg-type]
@@ -118,8 +126,9 @@ class Recorder:
 
     def take(self, test: str) -> list[Started]:
         """What ``test`` started, and what anything started between tests (a background thread)."""
-        mine = [s for s in self.started if s.test in (test, BETWEEN_TESTS)]
-        self.started = [s for s in self.started if s not in mine]
+        with self.lock:
+            mine = [s for s in self.started if s.test in (test, BETWEEN_TESTS)]
+            self.started = [s for s in self.started if s not in mine]
         return mine
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -12,14 +13,13 @@ import yaml
 from airflow_gpu import cli
 
 
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "airflow_gpu.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+def _run(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``cli.main`` in this process, as the console script calls it (``sys.exit(main())``): a
+    traceback would fail the test, and the status is what the script exits with. One test below
+    runs the installed script itself."""
+    code = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["airflow-gpu", *args], code, out, err)
 
 
 def test_catalog_table_lists_every_type() -> None:
@@ -55,7 +55,7 @@ def test_describe_kubernetes_yaml() -> None:
 def test_describe_shows_what_an_unset_memory_resolves_to_and_every_variant_the_affinity_accepts() -> None:
     out = yaml.safe_load(cli.run(["describe", "H100:8"]))
     accelerator = out["accelerator"]
-    assert accelerator["memory_gb"] == 80 and accelerator["requested"]["memory_gb"] is None
+    assert accelerator["memory_gb"] == 80 and accelerator["requested"] == {"count": 8, "type": "H100"}
     assert accelerator["memory_from"] == "not set: the smallest of the 3 variants the placement accepts"
     variants = [(v["memory_gb"], v["form_factor"], v["gfd_product"]) for v in accelerator["variants"]]
     assert variants == [
@@ -72,6 +72,21 @@ def test_describe_shows_what_an_unset_memory_resolves_to_and_every_variant_the_a
     assert (set_memory["memory_gb"], set_memory["memory_from"], set_memory["form_factor"]) == (94, "as set", "NVL")
     mig = yaml.safe_load(cli.run(["describe", "A100-80GB-MIG-3g.40gb"]))["accelerator"]
     assert (mig["memory_gb"], mig["memory_from"]) == (40, "the MIG slice 3g.40gb")
+
+
+@pytest.mark.parametrize(
+    ("spec", "memory", "requested"),
+    [("L4", 24, {"type": "L4"}), ("H100-SXM:8", 80, {"count": 8, "type": "H100", "form_factor": "SXM"})],
+)
+def test_describe_says_when_the_one_matching_variant_decides_the_memory(
+    spec: str, memory: int, requested: dict[str, object]
+) -> None:
+    """Memory the user did not write is never "as set", even where only one variant matches."""
+    accelerator = yaml.safe_load(cli.run(["describe", spec]))["accelerator"]
+    kind = requested["type"]
+    assert (accelerator["memory_gb"], accelerator["requested"]) == (memory, requested)
+    assert accelerator["memory_from"] == f"not set: the one {kind} variant that matches"
+    assert len(accelerator["variants"]) == 1
 
 
 def test_describe_with_a_custom_label_scheme_and_mig() -> None:
@@ -129,8 +144,8 @@ def test_recommend_table_and_json() -> None:
         ([], "the following arguments are required: command"),
     ],
 )
-def test_bad_input_is_one_line_and_status_2(args: list[str], fragment: str) -> None:
-    result = _run(*args)
+def test_bad_input_is_one_line_and_status_2(args: list[str], fragment: str, capsys: pytest.CaptureFixture[str]) -> None:
+    result = _run(capsys, *args)
     assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr.count("\n") == 1, result.stderr
@@ -139,17 +154,16 @@ def test_bad_input_is_one_line_and_status_2(args: list[str], fragment: str) -> N
     assert "Traceback" not in result.stderr
 
 
-def test_console_script_and_version() -> None:
+def test_console_script_version_and_bad_input() -> None:
+    """The installed script: its version, and bad input as status 2 with one line, no traceback."""
     from airflow_gpu import __version__
 
-    result = subprocess.run(
-        [str(__import__("pathlib").Path(sys.executable).with_name("airflow-gpu")), "--version"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
+    script = str(Path(sys.executable).with_name("airflow-gpu"))
+    result = subprocess.run([script, "--version"], capture_output=True, text=True, check=True, timeout=60)
     assert result.stdout.strip() == f"airflow-gpu {__version__}"
+    bad = subprocess.run([script, "teleport"], capture_output=True, text=True, check=False, timeout=60)
+    assert (bad.returncode, bad.stdout) == (2, "")
+    assert bad.stderr.startswith("airflow-gpu: error: ") and bad.stderr.count("\n") == 1, bad.stderr
 
 
 def test_images_prints_the_choice_and_why_and_the_catalog_without_an_accelerator() -> None:
@@ -199,6 +213,6 @@ def test_images_validate() -> None:
         (["images", "--accelerator", "TPU-v5e"], "no TPU images"),
     ],
 )  # fmt: skip
-def test_images_errors_are_one_line(args: list[str], fragment: str) -> None:
-    result = _run(*args)
+def test_images_errors_are_one_line(args: list[str], fragment: str, capsys: pytest.CaptureFixture[str]) -> None:
+    result = _run(capsys, *args)
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and fragment in result.stderr

@@ -139,6 +139,19 @@ def test_without_a_way_to_install_one_line_names_the_package_and_the_command(tmp
     ]
 
 
+def test_without_apt_get_one_line_names_the_program_and_the_package(tmp_path: Path) -> None:
+    manifest = tmp_path / "packages.txt"
+    manifest.write_text("program:no-such-browser  some-browser  test  the browser tests\n")
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    done = ensure("test", manifest, str(tools), uid=0)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "make test needs no-such-browser (the browser tests): this system has no apt-get: put "
+        "no-such-browser on PATH (the Debian package(s) some-browser bring them), then run make test again"
+    ]
+
+
 def test_root_installs_what_is_missing_with_apt_get(tmp_path: Path) -> None:
     """An ``apt-get`` stand-in that records its arguments and, on install, puts the program on PATH."""
     manifest = tmp_path / "packages.txt"
@@ -148,13 +161,13 @@ def test_root_installs_what_is_missing_with_apt_get(tmp_path: Path) -> None:
         tools,
         "apt-get",
         f'echo "$DEBIAN_FRONTEND $*" >> {log}\n'
-        f'if [ "$1" = install ]; then printf "#!/bin/sh\\n" > {tools}/fresh-tool; chmod +x {tools}/fresh-tool; fi\n',
+        f'case " $* " in *" install "*) printf "#!/bin/sh\\n" > {tools}/fresh-tool; chmod +x {tools}/fresh-tool;; esac\n',
     )
     done = ensure("test", manifest, f"{tools}{os.pathsep}/usr/bin{os.pathsep}/bin", uid=0)
     assert done.returncode == 0, done.stderr
-    assert log.read_text().splitlines() == [
-        "noninteractive update -qq",
-        "noninteractive install -y -qq fresh-package",
+    assert log.read_text().splitlines() == [  # waiting for dpkg's lock, as on a VM that has just booted
+        "noninteractive -o DPkg::Lock::Timeout=300 update -qq",
+        "noninteractive -o DPkg::Lock::Timeout=300 install -y -qq fresh-package",
     ]
     assert "installing the Debian package(s) fresh-package" in done.stdout
 

@@ -81,15 +81,18 @@ def ensure(target: str, manifest: Path = MANIFEST) -> int:
     what = ", ".join(f"{row.name} ({row.why})" for row in missing)
     prefix = _installer()
     if prefix is None:
-        print(
-            f"make {target} needs {what}: install the Debian package(s) {names} "
-            f"(sudo apt-get install {names}), then run make {target} again",
-            file=sys.stderr,
+        how = (
+            f"install the Debian package(s) {names} (sudo apt-get install {names})"
+            if shutil.which("apt-get")
+            else f"this system has no apt-get: put {', '.join(row.name for row in missing)} on PATH "
+            f"(the Debian package(s) {names} bring them)"
         )
+        print(f"make {target} needs {what}: {how}, then run make {target} again", file=sys.stderr)
         return 1
     print(f"make {target}: installing the Debian package(s) {names} for {what}", flush=True)
     # sudo resets the environment: the frontend goes on the command line, through env(1).
-    apt = [*prefix, "env", "DEBIAN_FRONTEND=noninteractive", "apt-get"]
+    # A fresh cloud VM's unattended-upgrades holds dpkg's lock for minutes after boot: wait for it.
+    apt = [*prefix, "env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "-o", "DPkg::Lock::Timeout=300"]
     for arguments in (["update", "-qq"], ["install", "-y", "-qq", *packages]):
         done = subprocess.run([*apt, *arguments], capture_output=True, text=True)
         if done.returncode != 0:  # its output only when it failed: a working install is one line

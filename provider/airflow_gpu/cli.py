@@ -102,10 +102,10 @@ def render_type(name: str) -> str:
 
 
 def _describe(args: argparse.Namespace) -> str:
-    from airflow_gpu.accelerators.spec import Accelerator
+    from airflow_gpu.accelerators.spec import Accelerator, parse_shorthand
 
     spec = Accelerator.parse(args.spec)
-    output: dict[str, Any] = {"accelerator": _resolved(spec)}
+    output: dict[str, Any] = {"accelerator": _resolved(spec, parse_shorthand(args.spec))}
     if args.target == "kubernetes":
         from airflow_gpu.accelerators.kubernetes import to_kubernetes
 
@@ -135,13 +135,14 @@ def _describe(args: argparse.Namespace) -> str:
     return str(yaml.safe_dump(output, sort_keys=False, width=120)).rstrip()
 
 
-def _resolved(spec: Any) -> dict[str, Any]:
-    """What the spec stands for: the memory each device is sure to have and every catalog variant the
-    placement accepts, beside what the user wrote (``requested``)."""
+def _resolved(spec: Any, requested: dict[str, Any]) -> dict[str, Any]:
+    """What the spec stands for: the memory each device is sure to have and every catalog variant it
+    matches, beside what the user wrote (``requested``: the shorthand's fields, before the model
+    fills in what a single matching variant implies)."""
     variants = spec.variants
     if spec.mig is not None:
         memory_from = f"the MIG slice {spec.mig}"
-    elif spec.memory_gb is not None:
+    elif requested.get("memory_gb") is not None:
         memory_from = "as set"
     elif len(variants) == 1:
         memory_from = f"not set: the one {spec.type} variant that matches"
@@ -168,7 +169,7 @@ def _resolved(spec: Any) -> dict[str, Any]:
             }
             for v in variants
         ],
-        "requested": spec.model_dump(),
+        "requested": requested,
     }
 
 

@@ -88,6 +88,7 @@ def test_map_index_parsing() -> None:
             parse_map_index(bad)
 
 
+@pytest.mark.slow  # a fresh Python process that imports Airflow
 def test_a_worker_builds_the_link_without_the_api_servers_modules() -> None:
     probe = (
         "import sys, json\nimport airflow_gpu.links.profile\n"

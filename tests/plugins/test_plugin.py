@@ -11,6 +11,7 @@ from importlib.metadata import distribution
 from pathlib import Path
 from typing import Any
 
+import pytest
 from airflow.api_fastapi.core_api.datamodels.plugins import ExternalViewResponse
 from airflow.plugins_manager import is_valid_plugin
 
@@ -75,6 +76,7 @@ print(json.dumps({"ours": [type(p).__name__ for p in ours], "errors": errors, "b
 """
 
 
+@pytest.mark.slow  # Airflow's plugins manager and API server app, started in a fresh process
 def test_airflow_loads_it_without_a_database_and_mounts_the_app_on_demand(tmp_path: Path) -> None:
     """Airflow's own plugins manager, in a fresh process whose database cannot be opened.
 

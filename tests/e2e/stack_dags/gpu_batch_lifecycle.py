@@ -16,7 +16,7 @@ from airflow.sdk import DAG
 from airflow_gpu.operators.batch import GPUBatchOperator
 
 WAIT = (
-    "trap 'touch \"$RELEASE.sigterm\"; exit 143' TERM; : > \"$RELEASE.ready\"; echo waiting; "
+    'trap \'touch "$RELEASE.sigterm"; exit 143\' TERM; : > "$RELEASE.ready"; echo waiting; '
     'while [ ! -f "$RELEASE" ]; do sleep 0.2; done; '
     'echo "::airflow-gpu-result::{\\"batch_attempt\\": $AWS_BATCH_JOB_ATTEMPT, '
     '\\"gpu_attempt\\": $AIRFLOW_GPU_ATTEMPT}"'

@@ -9,10 +9,14 @@ import pytest
 
 from airflow_gpu.testing.batch.emulator import BatchEmulator
 
+#: CloudWatch's ingestion lag in these tests: shorter than the emulator's default (``test_logs``
+#: covers that one) but never zero, so that every reader of a job's log still has to wait for it.
+INGESTION_DELAY = 0.5
+
 
 @pytest.fixture(scope="module")
 def emulator() -> Iterator[BatchEmulator]:
-    with BatchEmulator(stop_timeout=2) as running:  # the default ingestion delay
+    with BatchEmulator(stop_timeout=2, log_ingestion_delay=INGESTION_DELAY) as running:
         yield running
 
 

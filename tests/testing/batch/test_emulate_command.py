@@ -15,6 +15,7 @@ import pytest
 from airflow_gpu.testing.polling import wait_for
 
 
+@pytest.mark.slow  # a fresh Python process that imports moto and starts the emulator, and a job in it
 def test_emulate_batch_serves_until_sigterm() -> None:
     command = [str(Path(sys.executable).with_name("airflow-gpu")), "emulate", "batch"]
     server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -286,6 +286,7 @@ class Ti:
         self.xcom[key] = value
 
 
+@pytest.mark.slow  # the amazon provider's BatchOperator, run in-process against the emulator
 def test_the_amazon_provider_on_an_mnp_job(emulator: BatchEmulator, batch: Any, hook: Any) -> None:
     """The unmodified ``BatchOperator`` with ``node_overrides`` submits, waits and links logs as on AWS:
     ``get_job_all_awslogs_info`` reads the job's attempts, i.e. the main node's stream (one per range),

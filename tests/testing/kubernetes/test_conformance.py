@@ -120,15 +120,19 @@ def test_deletecollection_of_pods_honours_selectors_and_answers_the_list(core: c
 
 
 def test_deletecollection_with_a_grace_period_answers_the_pods_before_they_go(core: client.CoreV1Api) -> None:
-    core.create_namespaced_pod("default", pod_manifest("slow", ["sleep", "30"], terminationGracePeriodSeconds=5))
+    """The pod ignores SIGTERM, so it stays for the request's grace period (a ``sleep`` that SIGTERM
+    ends would be gone as soon as it got it, before the pod could be read back)."""
+    ignores_sigterm = ["sh", "-c", "trap '' TERM; echo ready; sleep 30"]
+    core.create_namespaced_pod("default", pod_manifest("slow", ignores_sigterm, terminationGracePeriodSeconds=30))
     wait_for(phase_is(core, "slow", "Running"))
+    wait_for(lambda: "ready" in core.read_namespaced_pod_log("slow", "default"))  # the trap is set
     answer = _raw(
         core.delete_collection_namespaced_pod(
-            "default", body=client.V1DeleteOptions(grace_period_seconds=1), _preload_content=False
+            "default", body=client.V1DeleteOptions(grace_period_seconds=2), _preload_content=False
         )
     )
     assert [item["metadata"]["name"] for item in answer["items"]] == ["slow"]
-    assert core.read_namespaced_pod("slow", "default").metadata.deletion_grace_period_seconds == 1
+    assert core.read_namespaced_pod("slow", "default").metadata.deletion_grace_period_seconds == 2
     wait_for(lambda: not core.list_namespaced_pod("default").items)
 
 

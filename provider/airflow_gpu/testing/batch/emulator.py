@@ -11,20 +11,21 @@ reasons only on the head of a queue.
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import json
 import logging
 import signal
+import socket
 import threading
+import time
 import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-try:
-    import moto  # noqa: F401
-except ImportError as error:  # pragma: no cover - depends on the installed extras
-    raise ImportError(
-        "The AWS Batch emulator needs moto's server: pip install 'airflow-provider-gpu[batch-emulator]'"
-    ) from error
+if importlib.util.find_spec("moto") is None:  # pragma: no cover - depends on the installed extras
+    # Looked up, not imported: moto's import (half a second) waits for the first emulator's start.
+    raise ImportError("The AWS Batch emulator needs moto's server: pip install 'airflow-provider-gpu[batch-emulator]'")
 
 from airflow_gpu.testing.batch.compute import DEMO, BatchSetup, create
 from airflow_gpu.testing.batch.reasons import INSUFFICIENT_CAPACITY
@@ -73,6 +74,8 @@ class BatchEmulator:
         self._server: Any = None
         self._throttle: Any = None
         self.driver: Any = None
+        self._clients: dict[str, Any] = {}
+        self._clients_lock = threading.Lock()
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -97,6 +100,8 @@ class BatchEmulator:
             _live_regions.add(self.region)
             if first:
                 patches.apply()
+        with self._clients_lock:  # any made before start point at no server, or another region
+            self._clients.clear()
         self._server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
         self._server.start()
         wsgi = self._server._server  # werkzeug's server takes ``.app`` anew for each request
@@ -129,11 +134,15 @@ class BatchEmulator:
         return self
 
     def stop(self) -> None:
+        with self._clients_lock:  # they point at this server's port
+            for client in self._clients.values():
+                client.close()
+            self._clients.clear()
         if self.driver is not None:
             self.driver.stop()
             self.driver = None
         if self._server is not None:
-            self._server.stop()
+            self._stop_server(self._server)
             self._server = None
             with _lock:
                 _live_regions.discard(self.region)
@@ -141,6 +150,30 @@ class BatchEmulator:
                     from airflow_gpu.testing.batch import patches
 
                     patches.restore()
+
+    def _stop_server(self, server: Any, timeout: float = 30) -> None:
+        """moto's ``ThreadedMotoServer.stop``, without its half-second wait: the server's loop looks
+        at its shutdown request once per ``select`` timeout (0.5 s, socketserver's default), so a
+        connection is opened to wake it at once. Every test that starts an emulator stops one."""
+        errors: list[BaseException] = []
+
+        def stop() -> None:
+            try:
+                server.stop()
+            except BaseException as error:  # re-raised below, in the caller's thread
+                errors.append(error)
+
+        stopper = threading.Thread(target=stop, name="batch-emulator-stop", daemon=True)
+        stopper.start()
+        deadline = time.monotonic() + timeout
+        while stopper.is_alive() and time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                socket.create_connection((self.host, self.port), timeout=0.2).close()
+            stopper.join(0.01)
+        if errors:
+            raise errors[0]
+        if stopper.is_alive():
+            raise RuntimeError(f"the Batch emulator's server on port {self.port} did not stop within {timeout:g} s")
 
     def __enter__(self) -> BatchEmulator:
         return self.start()
@@ -166,15 +199,21 @@ class BatchEmulator:
         return f"http://{self.host}:{self.port}"
 
     def client(self, service: str) -> Any:
-        import boto3
+        """A boto3 client of ``service`` (``batch``, ``logs``) pointed here: one per service, shared
+        (boto3 clients are thread-safe). Building one reads botocore's JSON service model, tens of
+        milliseconds of CPU each time: a test that polls would spend most of its time on that."""
+        with self._clients_lock:
+            if service not in self._clients:
+                import boto3
 
-        return boto3.client(
-            service,
-            endpoint_url=self.endpoint_url,
-            region_name=self.region,
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
+                self._clients[service] = boto3.client(
+                    service,
+                    endpoint_url=self.endpoint_url,
+                    region_name=self.region,
+                    aws_access_key_id="testing",
+                    aws_secret_access_key="testing",
+                )
+            return self._clients[service]
 
     def airflow_connection(self) -> dict[str, Any]:
         """Airflow's ``aws_default`` as JSON (``AIRFLOW_CONN_AWS_DEFAULT``), pointed here."""
