@@ -161,7 +161,8 @@ def test_root_installs_what_is_missing_with_apt_get(tmp_path: Path) -> None:
         tools,
         "apt-get",
         f'echo "$DEBIAN_FRONTEND $*" >> {log}\n'
-        f'case " $* " in *" install "*) printf "#!/bin/sh\\n" > {tools}/fresh-tool; chmod +x {tools}/fresh-tool;; esac\n',
+        f'case " $* " in *" install "*) printf "#!/bin/sh\\n" > {tools}/fresh-tool;; esac\n'
+        f"[ -f {tools}/fresh-tool ] && chmod +x {tools}/fresh-tool; exit 0\n",
     )
     done = ensure("test", manifest, f"{tools}{os.pathsep}/usr/bin{os.pathsep}/bin", uid=0)
     assert done.returncode == 0, done.stderr
