@@ -9,13 +9,17 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from airflow_gpu.testing.airflow_stack import AirflowStack
 from airflow_gpu.testing.batch.emulator import BatchEmulator
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
-from tests.e2e.scenarios import STACK_DAGS, Injector, Scenario, ScenarioLauncher, ScenarioRun
+from tests.e2e.scenarios import STACK_DAGS, Scenario, ScenarioLauncher, ScenarioRun
+
+if TYPE_CHECKING:
+    from tests.e2e.test_gpu_kubernetes_operator import Disrupter
 
 SCENARIOS = pytest.StashKey[list[Scenario]]()
 BIN = Path(sys.executable).parent
@@ -133,13 +137,14 @@ class DagsTestRun:
     """``airflow dags test`` of one scenario DAG in a process of its own, against an emulator of its
     own with the injector the test names, started beside the scenarios; ``wait`` gives its output."""
 
-    def __init__(self, env: dict[str, str], root: Path, dag_id: str, dag_file: Path, injector: Injector) -> None:
+    def __init__(self, env: dict[str, str], root: Path, dag_id: str, dag_file: Path, injector: Disrupter) -> None:
         self.root, self.injector = root, injector
         self.emulator = KubernetesEmulator("demo", job_backoff_seconds=1).start()
         self.emulator.kubeconfig_path = self.emulator.write_kubeconfig(root / "kubeconfig")
         injector.emulator = self.emulator
+        injector.workdir = root  # a Disrupter: it releases the held workload there
         injector.start()
-        conf = {"workdir": str(root), "kubeconfig": str(self.emulator.kubeconfig_path)}
+        conf = {"workdir": str(root), "kubeconfig": str(self.emulator.kubeconfig_path), "hold": True}
         self.process = subprocess.Popen(
             [str(BIN / "airflow"), "dags", "test", dag_id, "--conf", json.dumps(conf), "--dagfile-path", str(dag_file)],
             env=env,

@@ -6,6 +6,7 @@ of them also through ``airflow dags test`` (``dag.test()``), the way users test 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from kubernetes import client, config
@@ -46,21 +47,29 @@ def steps(api: client.CoreV1Api, pod: str) -> int:
 
 class Disrupter(Injector):
     """Does ``fault`` (an emulator method taking a pod name) to the first ``times`` pods of the task,
-    each once it has made progress (printed 3 steps); ``disrupted`` names them in order."""
+    each once it has made progress (printed 3 steps); ``disrupted`` names them in order. Its
+    scenario holds the workload (``hold=True``): each pod waits after 3 steps until this has done
+    all its faults and releases it."""
 
     def __init__(self, fault: str, times: int = 1) -> None:
         super().__init__()
         self.fault, self.times, self.disrupted = fault, times, []
+        self.workdir: Path | None = None  # the run's ``dag_run.conf["workdir"]`` where no scenario run is bound
 
     def inject(self) -> None:
         api = core_api(self.emulator)
-        while len(self.disrupted) < self.times and not self.stop.is_set():
-            for pod in train_pods(api):
-                name = pod.metadata.name
-                if pod.status.phase == "Running" and name not in self.disrupted and steps(api, name) >= 3:
-                    getattr(self.emulator, self.fault)(name)
-                    self.disrupted.append(name)
-            self.stop.wait(0.1)
+        try:
+            while len(self.disrupted) < self.times and not self.stop.is_set():
+                for pod in train_pods(api):
+                    name = pod.metadata.name
+                    if pod.status.phase == "Running" and name not in self.disrupted and steps(api, name) >= 3:
+                        getattr(self.emulator, self.fault)(name)
+                        self.disrupted.append(name)
+                        if len(self.disrupted) == self.times:
+                            break
+                self.stop.wait(0.1)
+        finally:  # the next pod runs to its end (or, stopped early, none waits forever)
+            ((self.workdir or self.scenario_run.workdir) / "release").touch()
 
 
 class Preempter(Disrupter):
@@ -105,17 +114,22 @@ def kube(
     dag_id: str,
     prepare: Callable[[KubernetesEmulator], None] | None = None,
     injector: Callable[[], Injector] | None = None,
+    hold: bool = False,
 ) -> Scenario:
-    return Scenario(dag_id, "kubernetes", prepare=prepare, injector=injector)
+    """``hold``: the workload waits after 3 steps for the injector's release (a ``Disrupter``)."""
+    return Scenario(dag_id, "kubernetes", prepare=prepare, injector=injector, conf={"hold": True} if hold else {})
 
 
 def both_modes(
     dag_id: str,
     prepare: Callable[[KubernetesEmulator], None] | None = None,
     injector: Callable[[], Injector] | None = None,
+    hold: bool = False,
 ) -> pytest.MarkDecorator:
     return scenarios(
-        kube(dag_id, prepare, injector), kube(f"{dag_id}_deferrable", prepare, injector), ids=["sync", "deferrable"]
+        kube(dag_id, prepare, injector, hold),
+        kube(f"{dag_id}_deferrable", prepare, injector, hold),
+        ids=["sync", "deferrable"],
     )
 
 
@@ -170,7 +184,7 @@ def assert_resumed_after_two_preemptions(run: ScenarioRun, deferrable: bool) -> 
     assert link == absolute_task_url(run.stack.url, run.dag_id, run.run_id, "train", -1)
 
 
-@both_modes("gpu_kubernetes_preempt", injector=lambda: Preempter(times=2))
+@both_modes("gpu_kubernetes_preempt", injector=lambda: Preempter(times=2), hold=True)
 def test_preemption_resumes_from_checkpoint(scenario_run: ScenarioRun) -> None:
     assert_resumed_after_two_preemptions(scenario_run, scenario_run.dag_id.endswith("_deferrable"))
 
@@ -201,7 +215,7 @@ def test_pod_deleted_before_it_starts_is_resubmitted(scenario_run: ScenarioRun) 
     assert [(i["workload"], i["reason"]) for i in scenario_run.xcom("gpu_interruptions")] == [(deleted, "PodDeleted")]
 
 
-@both_modes("gpu_kubernetes_fallback", injector=lambda: Preempter(times=1))
+@both_modes("gpu_kubernetes_fallback", injector=lambda: Preempter(times=1), hold=True)
 def test_fallback_to_on_demand_then_next_candidate(scenario_run: ScenarioRun) -> None:
     assert scenario_run.state() == "success"
     assert_one_try(scenario_run, "success")
@@ -257,7 +271,7 @@ def test_skip_on_exit_code_skips_as_with_kpo(scenario_run: ScenarioRun) -> None:
     assert scenario_run.xcom("gpu_interruptions") in (None, [])
 
 
-@scenarios(kube("gpu_kubernetes_node_pressure", injector=lambda: Disrupter("evict_for_node_pressure")))
+@scenarios(kube("gpu_kubernetes_node_pressure", injector=lambda: Disrupter("evict_for_node_pressure"), hold=True))
 def test_a_node_pressure_eviction_is_moved_but_is_not_a_spot_reclaim(scenario_run: ScenarioRun) -> None:
     """Behaviour 12: the kubelet's node-pressure eviction (DisruptionTarget TerminationByKubelet,
     reason Evicted) is recorded as an eviction, and the pod is replaced."""
@@ -271,7 +285,7 @@ def test_a_node_pressure_eviction_is_moved_but_is_not_a_spot_reclaim(scenario_ru
     assert "result 465" in scenario_run.log()
 
 
-@scenarios(kube("gpu_kubernetes_deleted", injector=lambda: Disrupter("delete_by_person")))
+@scenarios(kube("gpu_kubernetes_deleted", injector=lambda: Disrupter("delete_by_person"), hold=True))
 def test_a_pod_deleted_by_a_person_is_not_taken_for_a_reclaim(scenario_run: ScenarioRun) -> None:
     """Behaviour 12: ``kubectl delete pod`` while the node stays: the try fails (retryable), nothing is
     resubmitted inside it; Airflow's retry then runs the task again."""

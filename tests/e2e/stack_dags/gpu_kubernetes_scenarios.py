@@ -20,10 +20,14 @@ from airflow_gpu.operators.kubernetes import GPUKubernetesOperator
 from airflow_gpu.spot.policy import SpotPolicy
 
 # A training loop that checkpoints on SIGTERM and resumes from the checkpoint on the next pod. It
-# prints every step, so that a test can preempt it once it has made progress, without a sleep.
+# prints every step, so that a test can preempt it once it has made progress, without a sleep. Where
+# the scenario holds it (``dag_run.conf["hold"]``), each pod waits after its third step until the
+# test's injector has done all it came for (``<workdir>/release``): a loaded machine's injector can
+# never come after the pod has finished.
 TRAIN = """
 import json, os, signal, sys, time
-path = os.environ["CHECKPOINT_FILE"]
+path, hold = os.environ["CHECKPOINT_FILE"], os.environ.get("HOLD_FILE")
+here = 0
 state = json.load(open(path)) if os.path.exists(path) else {"step": 0, "total": 0}
 print("resuming at step", state["step"], "attempt", os.environ["AIRFLOW_GPU_ATTEMPT"], flush=True)
 def stop(*_):
@@ -36,6 +40,9 @@ while state["step"] < 30:
     state["step"] += 1
     state["total"] += state["step"]
     print("step", state["step"], flush=True)
+    here += 1
+    while hold and here >= 3 and not os.path.exists(hold):
+        time.sleep(0.05)  # held for the test's injector (a SIGTERM still ends it here)
     # The step's work; 27 steps of 0.25 s after the third leave a loaded machine's injector seconds to act.
     time.sleep(0.25)  # the workload runs for a while; the test waits on its log lines, not on time
 print("result", state["total"], flush=True)
@@ -56,7 +63,10 @@ def scenario(dag_id: str, deferrable: bool = False, config_file: bool = False, *
         GPUKubernetesOperator(
             task_id="train", name="train", namespace="default", get_logs=True, poll_interval=1,
             deferrable=deferrable, **cluster,
-            env_vars={"CHECKPOINT_FILE": "{{ dag_run.conf['workdir'] }}/checkpoint.json"},
+            env_vars={
+                "CHECKPOINT_FILE": "{{ dag_run.conf['workdir'] }}/checkpoint.json",
+                "HOLD_FILE": "{{ dag_run.conf['workdir'] ~ '/release' if dag_run.conf.get('hold') else '' }}",
+            },
             # A wrong retry shows as a second try within seconds, not as a run stuck for 5 minutes.
             retry_delay=timedelta(seconds=1), **operator,
         )  # fmt: skip
