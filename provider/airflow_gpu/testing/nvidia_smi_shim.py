@@ -52,6 +52,12 @@ def session_usage() -> tuple[float, float]:
     return cpu, rss
 
 
+#: The shortest window a reading covers. CPU time comes in clock ticks (10 ms): over the millisecond
+#: between start-up and the first reading, one tick would read as ten busy cores. The driver, too,
+#: reports utilisation over its own sample period, and nvidia-smi takes a while to answer.
+MIN_WINDOW_SECONDS = 0.1
+
+
 class Readings:
     """Utilisation from the CPU time spent between two readings."""
 
@@ -60,6 +66,9 @@ class Readings:
         self.last = (time.monotonic(), session_usage()[0])
 
     def take(self) -> list[tuple[Device, float, float, float]]:
+        short = MIN_WINDOW_SECONDS - (time.monotonic() - self.last[0])
+        if short > 0:
+            time.sleep(short)
         now = time.monotonic()
         cpu, rss = session_usage()
         elapsed = max(now - self.last[0], 1e-3)
