@@ -37,6 +37,7 @@ from airflow.sdk.exceptions import AirflowException
 from airflow_gpu.operators.delegation import DelegatedRun, outside_the_users_dag
 from airflow_gpu.operators.spot_task import bad_result, fail, log_interruptions, publish
 from airflow_gpu.spot.classifier import Classification, Outcome, classify_deleted_pod, classify_pod
+from airflow_gpu.utils.pod_log_follower import PodLogFollower
 from airflow_gpu.utils.results import read_output
 
 if TYPE_CHECKING:
@@ -64,6 +65,8 @@ CAUSE_ORDER = (
 )
 #: How long deleting a Job may take to remove its pods (their grace period comes on top).
 DELETE_WAIT_SECONDS = 60.0
+#: How long the machines' logs may take to be read to their end once the Job has ended.
+LOG_DRAIN_SECONDS = 60.0
 
 
 def backend_operator(
@@ -111,7 +114,7 @@ class IndexedJobTraining:
         self._job_uid: str | None = None
         self.namespace = "default"
         self._killed = threading.Event()
-        self._followers: dict[str, threading.Thread] = {}
+        self._followers: dict[str, PodLogFollower] = {}
 
     @property
     def jobs(self) -> Any:
@@ -128,6 +131,7 @@ class IndexedJobTraining:
                 raise AirflowException("the task was killed; no new training Job is created")
             pods = self._submit(context)
             outcome, culprit, seen = self._wait()
+            self._finish_logs()
             node = ((culprit or {}).get("spec") or {}).get("nodeName")
             decision = op.spot_run.finish(outcome, workload=self.job, location=node, identity=self._job_uid)
             op._output, op._unread = self._read_main_log(seen)
@@ -241,8 +245,8 @@ class IndexedJobTraining:
             current = self._pods()
             for name, pod in current.items():
                 seen[name] = pod
-                if (pod.get("status") or {}).get("phase") == "Running":
-                    self._follow(name, pod)
+                if (pod.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed"):
+                    self._follow(name, pod)  # ended between two looks: its log is still there to read
             for name in set(seen) - set(current):
                 seen[name].setdefault("_gone", True)
             conditions = {c.type: c for c in (job.status.conditions or []) if c.status == "True"}
@@ -296,22 +300,23 @@ class IndexedJobTraining:
             return
         rank = (pod["metadata"].get("annotations") or {}).get("batch.kubernetes.io/job-completion-index", "?")
 
-        def follow() -> None:
-            with contextlib.suppress(Exception):  # the log is a courtesy; the outcome comes from the Job
-                response = self.op.client.read_namespaced_pod_log(
-                    name, self.namespace, container=self.op.base_container_name, follow=True, _preload_content=False
-                )
-                pending = b""
-                for chunk in response.stream():  # chunks, not lines: a line may span two
-                    *lines, pending = (pending + chunk).split(b"\n")
-                    for raw in lines:
-                        line = raw.decode("utf-8", "replace")
-                        if line.strip() and not line.startswith("::airflow-gpu-"):  # those are read at the end
-                            self.log.info("[machine %s] %s", rank, line)
+        def emit(line: str) -> None:
+            if line.strip() and not line.startswith("::airflow-gpu-"):  # those are read at the end
+                self.log.info("[machine %s] %s", rank, line)
 
-        thread = threading.Thread(target=follow, name=f"follow-{name}", daemon=True)
-        self._followers[name] = thread
-        thread.start()
+        self._followers[name] = PodLogFollower(
+            self.op.client, self.namespace, name, self.op.base_container_name, emit, warn=self.log.warning
+        ).start()
+
+    def _finish_logs(self) -> None:
+        """Every machine's log read to its end before the outcome is told, so no line is cut off."""
+        deadline = time.monotonic() + LOG_DRAIN_SECONDS
+        for name, follower in self._followers.items():
+            if self._killed.is_set():
+                follower.stop()
+            elif not follower.finish(max(0.0, deadline - time.monotonic())):
+                self.log.warning("The log of %s was not read to its end in time; the rest is in the pod", name)
+        self._followers.clear()
 
     def _read_main_log(self, seen: Mapping[str, dict[str, Any]]) -> tuple[Any, str | None]:
         main = self._main_pod(seen)
@@ -370,4 +375,6 @@ class IndexedJobTraining:
 
     def on_kill(self) -> None:
         self._killed.set()
+        for follower in list(self._followers.values()):
+            follower.stop()
         self._delete(self.job, wait=False)

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from airflow_gpu.testing.kubernetes import config_data, pod_exec
 from airflow_gpu.testing.kubernetes import patch as patching
+from airflow_gpu.testing.kubernetes.api_faults import RESET, ApiCall, ApiFault
 from airflow_gpu.testing.kubernetes.cluster import NodeSpec
 from airflow_gpu.testing.kubernetes.cluster_state import ClusterState
 from airflow_gpu.testing.kubernetes.deletion import DeleteOptions
@@ -53,6 +54,79 @@ async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
         return _json(bad_request(str(error)).status(), 400)
     except json.JSONDecodeError as error:
         return _json(bad_request(f"the request body is not JSON: {error}").status(), 400)
+
+
+#: The request key under which a stream finds how many events or lines it may send (a cut fault).
+CUT_AFTER: web.RequestKey[int] = web.RequestKey("cut_after", int)
+
+
+def describe(request: web.Request) -> ApiCall | None:
+    """The request as the API server's ``RequestInfo`` sees it; None for the emulator's own endpoints."""
+    path = request.path
+    if path.startswith("/_emulator/") or path == "/metrics":
+        return None
+    info = request.match_info
+    method = request.method
+    if "plural" not in info:
+        for sub in ("log", "exec", "eviction"):
+            if path.endswith(f"/{sub}") and "name" in info:
+                verb = "get" if sub == "log" or (sub == "exec" and method == "GET") else "create"
+                follows = sub == "log" and request.query.get("follow") in TRUE
+                return ApiCall(verb, "pods", sub, info.get("namespace", ""), info["name"], stream=follows)
+        return ApiCall("get", "")  # discovery, /version, /healthz
+    named = "name" in info
+    subresource = "status" if named and path.endswith("/status") else ""
+    if method == "GET":
+        verb = "get" if named else ("watch" if request.query.get("watch") in TRUE else "list")
+    else:
+        verb = {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, "")
+        if method == "DELETE":
+            verb = "delete" if named else "deletecollection"
+    return ApiCall(
+        verb, info["plural"], subresource, info.get("namespace", ""), info.get("name", ""), stream=verb == "watch"
+    )
+
+
+@web.middleware
+async def _faults(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Injected API faults first (see ``api_faults``), then every request counted by its code."""
+    state = _state(request)
+    call = describe(request)
+    if call is None:
+        answered: web.StreamResponse = await handler(request)
+        return answered
+    fault = state.api_faults.take(call)
+    if fault is not None and fault.cut_after is not None:
+        request[CUT_AFTER] = fault.cut_after
+    elif fault is not None:
+        state.api_faults.count(call, fault.status)
+        if fault.status == RESET:
+            if request.transport is not None:
+                request.transport.abort()
+            raise asyncio.CancelledError  # aiohttp drops a request whose handler is cancelled, unanswered
+        headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else None
+        response = _json(fault.status_body(call), fault.status)
+        if headers:
+            response.headers.update(headers)
+        return response
+    try:
+        result: web.StreamResponse = await handler(request)
+    except web.HTTPException as error:
+        state.api_faults.count(call, error.status)
+        raise
+    state.api_faults.count(call, result.status)
+    return result
+
+
+def _cut(request: web.Request) -> None:
+    """Drop the connection mid-stream, as a restarting API server or an idle-timeout proxy does."""
+    if request.transport is not None:
+        request.transport.abort()
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """``/metrics``: ``apiserver_request_total`` by verb, resource, subresource and code."""
+    return web.Response(text=_state(request).api_faults.prometheus(), content_type="text/plain")
 
 
 def _state(request: web.Request) -> ClusterState:
@@ -191,6 +265,7 @@ async def _watch(
     timeout = float(request.query.get("timeoutSeconds") or 1800)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
+    sent, cut_after = 0, request.get(CUT_AFTER)
     try:
         while (remaining := deadline - loop.time()) > 0:
             try:
@@ -199,8 +274,12 @@ async def _watch(
                 break
             if item is None:
                 break
+            if cut_after is not None and sent >= cut_after:
+                _cut(request)
+                break
             event, obj = item
             await response.write((json.dumps({"type": event, "object": obj}) + "\n").encode())
+            sent += 1
     except (ConnectionResetError, asyncio.CancelledError):
         pass
     finally:
@@ -398,23 +477,36 @@ async def pod_log(request: web.Request) -> web.StreamResponse:
     )
     container_run = run.containers[container]
     first = log_lines(container_run, timestamps, since_seconds, since_time, tail_lines)
+    sent = len(container_run.lines)  # taken with ``first``: what comes while it is written follows it
     if not follow:
         return web.Response(text="".join(first), content_type="text/plain")
     response = web.StreamResponse(headers={"Content-Type": "text/plain", "Transfer-Encoding": "chunked"})
     await response.prepare(request)
-    sent = len(container_run.lines)
-    try:
-        for line in first:
+    budget = request.get(CUT_AFTER)  # lines it may send before a cut fault closes it
+
+    async def write(lines: list[str]) -> bool:
+        nonlocal budget
+        for line in lines:
+            if budget is not None and budget <= 0:
+                _cut(request)
+                return False
             await response.write(line.encode())
+            budget = None if budget is None else budget - 1
+        return True
+
+    try:
+        if not await write(first):
+            return response
         while not container_run.finished:
             changed = container_run.changed
-            await changed.wait()
-            for line in log_lines(container_run, timestamps, start=sent):
-                await response.write(line.encode())
-            sent = len(container_run.lines)
-        for line in log_lines(container_run, timestamps, start=sent):
-            await response.write(line.encode())
-        await response.write_eof()
+            if len(container_run.lines) == sent:
+                await changed.wait()
+            # The new lines and their count together: a line that comes while they are written is next.
+            more, sent = log_lines(container_run, timestamps, start=sent), len(container_run.lines)
+            if not await write(more):
+                return response
+        if await write(log_lines(container_run, timestamps, start=sent)):
+            await response.write_eof()
     except (ConnectionResetError, asyncio.CancelledError):
         pass
     return response
@@ -461,13 +553,22 @@ async def control(request: web.Request) -> web.Response:
         result = {"deleted_pods": await state.remove_node(body["node"])}
     elif action == "add-node":
         result = state.add_node(NodeSpec.from_dict(body))
+    elif action == "api-fault":
+        try:
+            fault = state.api_faults.add(ApiFault.from_dict(body))
+        except (TypeError, ValueError) as error:
+            raise bad_request(str(error)) from None
+        result = {"added": fault.__dict__}
+    elif action == "clear-api-faults":
+        state.api_faults.clear()
+        result = {"cleared": True}
     else:
         raise ApiError(404, "NotFound", f"unknown emulator action {action!r}")
     return _json(result)
 
 
 def build_app(state: ClusterState) -> web.Application:
-    app = web.Application(middlewares=[_errors], client_max_size=16 * 2**20)
+    app = web.Application(middlewares=[_faults, _errors], client_max_size=16 * 2**20)
     app[STATE_KEY] = state
     core = "/api/v1"
     batch = "/apis/{group:batch}/v1"
@@ -480,6 +581,7 @@ def build_app(state: ClusterState) -> web.Application:
         app.router.add_get(core + slash, core_resources)
         app.router.add_get("/apis/batch/v1" + slash, batch_resources)
     app.router.add_route("*", "/_emulator/{action}", control)
+    app.router.add_get("/metrics", metrics)
     for prefix in (core, batch):
         namespaced = prefix + "/namespaces/{namespace}/{plural}"
         app.router.add_get(namespaced, list_or_watch)

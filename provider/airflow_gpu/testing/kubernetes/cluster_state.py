@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_gpu.testing.kubernetes import config_data, dns, services, volumes
+from airflow_gpu.testing.kubernetes.api_faults import ApiFaults
 from airflow_gpu.testing.kubernetes.cluster import ClusterSpec, NodeSpec
 from airflow_gpu.testing.kubernetes.deletion import DeleteOptions, GarbageCollector, deletion_status
 from airflow_gpu.testing.kubernetes.device_plugin import DevicePlugin
@@ -89,6 +90,7 @@ class ClusterState:
         self.runs: dict[tuple[str, str], PodRun] = {}
         self.mount_points: set[Path] = set()  # made on this host for containers' mounts (volumes.py)
         self.faults: list[dict[str, Any]] = []
+        self.api_faults = ApiFaults()  # answers the API gives instead of the real one, and request counts
         self._ip = 0
         self._scheduling = False
         self._tasks: set[asyncio.Task[Any]] = set()

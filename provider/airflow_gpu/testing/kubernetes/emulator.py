@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from airflow_gpu.testing.kubernetes.api import build_app
+from airflow_gpu.testing.kubernetes.api_faults import ApiFault
 from airflow_gpu.testing.kubernetes.cluster import ClusterSpec, NodeSpec
 from airflow_gpu.testing.kubernetes.cluster_state import ClusterState
 from airflow_gpu.testing.kubernetes.job_controller import DEFAULT_BACKOFF_SECONDS
@@ -235,3 +236,24 @@ class KubernetesEmulator:
     def faults(self) -> list[dict[str, Any]]:
         """Every fault injected so far, oldest first."""
         return list(self._state().faults)
+
+    def inject_api_fault(self, **rule: Any) -> ApiFault:
+        """Answer matching requests with an error, reset them, or cut their stream (see ``ApiFault``).
+
+        ``inject_api_fault(verb="list", resource="pods", status=429, retry_after=2, times=3)``;
+        ``inject_api_fault(verb="watch", resource="pods", status=403, times=None)`` (RBAC without
+        watch); ``inject_api_fault(resource="pods/log", cut_after=5)`` (a stream dropped mid-way).
+        """
+        return self._state().api_faults.add(ApiFault(**rule))
+
+    def clear_api_faults(self) -> None:
+        self._state().api_faults.clear()
+
+    @property
+    def api_faults_injected(self) -> list[dict[str, Any]]:
+        """Each request a fault hit: its verb, resource, subresource, namespace, name and the answer."""
+        return list(self._state().api_faults.injected)
+
+    def api_requests(self, verb: str | None = None, resource: str | None = None, subresource: str | None = None) -> int:
+        """Requests served so far, by the verb ``/metrics`` counts (``LIST``, ``WATCH``, ``GET``...)."""
+        return self._state().api_faults.total(verb, resource, subresource)
