@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -171,3 +172,44 @@ def test_a_bad_fault_is_refused_naming_the_field(kubernetes_emulator: Kubernetes
         ApiFault(verb="fetch")
     with pytest.raises(ValueError, match="status 418"):
         ApiFault(status=418)
+
+
+def test_a_watch_from_a_compacted_version_gets_410_expired(
+    core: client.CoreV1Api, kubernetes_emulator: KubernetesEmulator
+) -> None:
+    core.create_namespaced_pod("default", pod_manifest("old", ["sh", "-c", "exit 0"]))
+    before = core.list_namespaced_pod("default").metadata.resource_version
+    core.create_namespaced_pod("default", pod_manifest("new", ["sh", "-c", "exit 0"]))
+    kubernetes_emulator.compact_history()
+    response = core.list_namespaced_pod(
+        "default", watch=True, resource_version=before, timeout_seconds=5, _preload_content=False
+    )
+    events = [json.loads(line) for line in response.data.splitlines() if line.strip()]
+    assert [e["type"] for e in events] == ["ERROR"]
+    assert (events[0]["object"]["code"], events[0]["object"]["reason"]) == (410, "Expired")
+    with pytest.raises(ApiException) as raised:  # the client library turns it into an exception
+        list(watch.Watch().stream(core.list_namespaced_pod, "default", resource_version=before, timeout_seconds=5))
+    assert raised.value.status == 410
+    # Listing again gives a version to watch from.
+    fresh = core.list_namespaced_pod("default").metadata.resource_version
+    kubernetes_emulator.set_bookmark_interval(0.1)
+    events = list(
+        watch.Watch().stream(
+            core.list_namespaced_pod,
+            "default",
+            label_selector="app=quiet",  # nothing changes there: only bookmarks come
+            resource_version=fresh,
+            timeout_seconds=1,
+            allow_watch_bookmarks=True,
+        )
+    )
+    assert len(events) >= 3 and {e["type"] for e in events} == {"BOOKMARK"}
+    assert all(int(e["raw_object"]["metadata"]["resourceVersion"]) >= int(fresh) for e in events)
+
+
+def test_ending_every_watch_ends_the_streams_cleanly(
+    core: client.CoreV1Api, kubernetes_emulator: KubernetesEmulator
+) -> None:
+    response = core.list_namespaced_pod("default", watch=True, timeout_seconds=30, _preload_content=False)
+    threading.Timer(0.3, kubernetes_emulator.end_watches).start()
+    assert response.data == b""  # the whole (empty) body: the server ended it, long before its timeout

@@ -58,6 +58,17 @@ async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
 
 #: The request key under which a stream finds how many events or lines it may send (a cut fault).
 CUT_AFTER: web.RequestKey[int] = web.RequestKey("cut_after", int)
+#: Set once a stream is counted: as it starts, since it may last until the client goes away.
+COUNTED: web.RequestKey[bool] = web.RequestKey("counted", bool)
+
+
+async def start_stream(request: web.Request, response: web.StreamResponse) -> None:
+    """Send a stream's headers and count the request then: a watch lasts as long as its client."""
+    await response.prepare(request)
+    call = describe(request)
+    if call is not None:
+        _state(request).api_faults.count(call, response.status)
+        request[COUNTED] = True
 
 
 def describe(request: web.Request) -> ApiCall | None:
@@ -109,13 +120,20 @@ async def _faults(request: web.Request, handler: Any) -> web.StreamResponse:
         if headers:
             response.headers.update(headers)
         return response
+    code = 500
     try:
         result: web.StreamResponse = await handler(request)
+        code = result.status
+        return result
     except web.HTTPException as error:
-        state.api_faults.count(call, error.status)
+        code = error.status
         raise
-    state.api_faults.count(call, result.status)
-    return result
+    except asyncio.CancelledError:
+        code = 499
+        raise
+    finally:
+        if not request.get(COUNTED):
+            state.api_faults.count(call, code)
 
 
 def _cut(request: web.Request) -> None:
@@ -259,19 +277,46 @@ async def list_or_watch(request: web.Request) -> web.StreamResponse:
 async def _watch(
     request: web.Request, state: ClusterState, resource: Resource, namespace: str | None, matches: Any
 ) -> web.StreamResponse:
+    """A watch as the API server's watch cache serves it.
+
+    From a ``resourceVersion`` older than the kept history (compacted): one ``ERROR`` event holding
+    a ``410 Expired`` Status, then the end; the client must list again. With
+    ``allowWatchBookmarks=true``: a ``BOOKMARK`` (only ``metadata.resourceVersion``) every
+    ``state.bookmark_seconds`` and before the stream's timeout, so that a client watching quiet
+    objects can resume from a recent version.
+    """
     response = web.StreamResponse(headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
-    await response.prepare(request)
-    watch = state.store.watch(resource.plural, namespace, matches, request.query.get("resourceVersion"))
+    await start_stream(request, response)
+    since = request.query.get("resourceVersion")
+    if state.store.too_old(since):
+        gone = ApiError(410, "Expired", f"too old resource version: {since} ({state.store.oldest_version})")
+        with contextlib.suppress(ConnectionResetError):
+            await response.write((json.dumps({"type": "ERROR", "object": gone.status()}) + "\n").encode())
+            await response.write_eof()
+        return response
+    watch = state.store.watch(resource.plural, namespace, matches, since)
     timeout = float(request.query.get("timeoutSeconds") or 1800)
+    bookmarks = request.query.get("allowWatchBookmarks") in TRUE
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
+    next_bookmark = loop.time() + state.bookmark_seconds
     sent, cut_after = 0, request.get(CUT_AFTER)
+
+    async def bookmark() -> None:
+        mark: dict[str, Any] = {"kind": resource.kind, "apiVersion": resource.api_version}
+        mark["metadata"] = {"resourceVersion": state.store.resource_version}
+        await response.write((json.dumps({"type": "BOOKMARK", "object": mark}) + "\n").encode())
+
     try:
         while (remaining := deadline - loop.time()) > 0:
+            wait = min(remaining, next_bookmark - loop.time()) if bookmarks else remaining
             try:
-                item = await asyncio.wait_for(watch.queue.get(), timeout=remaining)
+                item = await asyncio.wait_for(watch.queue.get(), timeout=max(wait, 0.001))
             except asyncio.TimeoutError:
-                break
+                if bookmarks and loop.time() >= next_bookmark - 0.001:
+                    await bookmark()
+                    next_bookmark = loop.time() + state.bookmark_seconds
+                continue
             if item is None:
                 break
             if cut_after is not None and sent >= cut_after:
@@ -280,6 +325,9 @@ async def _watch(
             event, obj = item
             await response.write((json.dumps({"type": event, "object": obj}) + "\n").encode())
             sent += 1
+        else:
+            if bookmarks:
+                await bookmark()  # the API server's last word before a timeout: where to resume
     except (ConnectionResetError, asyncio.CancelledError):
         pass
     finally:
@@ -481,7 +529,7 @@ async def pod_log(request: web.Request) -> web.StreamResponse:
     if not follow:
         return web.Response(text="".join(first), content_type="text/plain")
     response = web.StreamResponse(headers={"Content-Type": "text/plain", "Transfer-Encoding": "chunked"})
-    await response.prepare(request)
+    await start_stream(request, response)
     budget = request.get(CUT_AFTER)  # lines it may send before a cut fault closes it
 
     async def write(lines: list[str]) -> bool:

@@ -91,6 +91,7 @@ class ClusterState:
         self.mount_points: set[Path] = set()  # made on this host for containers' mounts (volumes.py)
         self.faults: list[dict[str, Any]] = []
         self.api_faults = ApiFaults()  # answers the API gives instead of the real one, and request counts
+        self.bookmark_seconds = 60.0  # how often a watch that allows bookmarks gets one, as the API server
         self._ip = 0
         self._scheduling = False
         self._tasks: set[asyncio.Task[Any]] = set()

@@ -249,6 +249,18 @@ class KubernetesEmulator:
     def clear_api_faults(self) -> None:
         self._state().api_faults.clear()
 
+    def compact_history(self) -> str:
+        """Compact the history as etcd does: a watch from an earlier resourceVersion gets ``410 Expired``."""
+        return str(self._sync(self._state().store.compact))
+
+    def end_watches(self) -> None:
+        """End every open watch cleanly, as an API server that shuts down for an upgrade does."""
+        self._sync(self._state().store.stop_all_watches)
+
+    def set_bookmark_interval(self, seconds: float) -> None:
+        """How often a watch that allows bookmarks gets one (the API server: about a minute)."""
+        self._state().bookmark_seconds = seconds
+
     @property
     def api_faults_injected(self) -> list[dict[str, Any]]:
         """Each request a fault hit: its verb, resource, subresource, namespace, name and the answer."""

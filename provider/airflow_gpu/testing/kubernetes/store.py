@@ -150,6 +150,20 @@ class Store:
         self._notify(plural, "DELETED", obj)
         return obj
 
+    @property
+    def oldest_version(self) -> int:
+        """The oldest resourceVersion a watch can still start from (older ones were compacted)."""
+        return self._history[0][0] - 1 if self._history else self._version
+
+    def compact(self) -> int:
+        """Forget the history, as etcd compaction does: a watch from an older version gets 410 Gone."""
+        self._history.clear()
+        return self._version
+
+    def too_old(self, since: str | None) -> bool:
+        """Whether a watch from ``since`` would miss changes that are no longer kept."""
+        return bool(since) and since != "0" and int(since or 0) < self.oldest_version
+
     def watch(self, plural: str, namespace: str | None, matches: Callable[[Obj], bool], since: str | None) -> Watch:
         """Start a watch; with ``since`` replay later history, else send the current objects as ADDED."""
         watch = Watch(plural, namespace, matches)
