@@ -146,3 +146,23 @@ def test_a_pod_deleted_before_anyone_watched_is_reported_gone_and_throttling_is_
     assert kubernetes_emulator.api_requests("LIST", "pods") == 2  # the 429, then the list
     assert kubernetes_emulator.api_requests("GET", "pods") == 1  # the one look-up
     del api
+
+
+def test_the_operators_kubeconfig_replaces_the_connections_file_as_the_sync_hook_does(
+    kubernetes_emulator: KubernetesEmulator,
+) -> None:
+    """KPO with ``config_file`` and a connection naming ``kube_config_path``: the worker's sync hook
+    uses the file; ``AsyncKubernetesHook`` would refuse both as mutually exclusive."""
+    both = ClusterConnection(
+        kubernetes_conn_id="kubernetes_default",
+        connection_extras={"kube_config_path": "/nonexistent/config", "namespace": "default"},
+        config_dict=yaml.safe_load(kubernetes_emulator.kubeconfig()),
+    )
+
+    async def body() -> int:
+        async with both.hook().get_conn() as api:
+            from kubernetes_asyncio.client import CoreV1Api
+
+            return len((await CoreV1Api(api).list_node()).items)
+
+    assert asyncio.run(body()) == 4

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 try:
     from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import add_unique_suffix
     from airflow.providers.cncf.kubernetes.operators.pod import POD_IDENTIFIER_STATE_KEY, KubernetesPodOperator
+    from airflow.providers.cncf.kubernetes.triggers.pod import KubernetesPodTrigger
     from airflow.providers.cncf.kubernetes.utils.pod_manager import PodNotFoundException
     from kubernetes.client import models as k8s
     from kubernetes.client.exceptions import ApiException
@@ -55,6 +56,7 @@ from airflow_gpu.operators.spot_task import bad_result, fail, log_interruptions,
 from airflow_gpu.spot.classifier import Classification, Outcome, classify_deleted_pod, classify_pod, node_stays
 from airflow_gpu.spot.policy import Capacity, SpotPolicy
 from airflow_gpu.spot.run import SpotRun
+from airflow_gpu.triggers.kubernetes import LAST_SEEN_KEY, GPUPodTrigger
 from airflow_gpu.utils.kubernetes import add_placement, to_dict
 from airflow_gpu.utils.pod_identity import identity_mismatch
 from airflow_gpu.utils.results import ResultError, WorkloadOutput, read_output
@@ -388,9 +390,11 @@ class GPUKubernetesOperator(KubernetesPodOperator):
         kwargs: dict[str, Any] | None = None,
         timeout: timedelta | int | float | None = None,
     ) -> Any:
-        """KPO's deferral, carrying the run's state to the task process that resumes."""
+        """KPO's deferral, on the shared-watch trigger, carrying the run's state to the task process that resumes."""
         if method_name == "trigger_reentry":
             kwargs = {**(kwargs or {}), "gpu_state": self.spot_run.to_json()}
+        if isinstance(trigger, KubernetesPodTrigger) and not isinstance(trigger, GPUPodTrigger):
+            trigger = GPUPodTrigger.from_official(trigger)  # one watch per namespace, not a GET per pod
         super().defer(trigger=trigger, method_name=method_name, kwargs=kwargs, timeout=timeout)
 
     def trigger_reentry(self, context: Context, event: dict[str, Any], gpu_state: dict[str, Any] | None = None) -> Any:
@@ -411,7 +415,9 @@ class GPUKubernetesOperator(KubernetesPodOperator):
             if self._killed:
                 raise
             self.pod = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name=event["name"], namespace=event["namespace"]))
-            self._after_failure(context, classify_deleted_pod(None, None), error)
+            last_seen = event.get(LAST_SEEN_KEY)  # what the trigger's watch saw of it last
+            node = ((last_seen or {}).get("spec") or {}).get("nodeName")
+            self._after_failure(context, classify_deleted_pod(last_seen, self._node_stays(node)), error)
             self.execute_async(context)  # a new pod, and defer again
             return None
         except Exception as error:

@@ -36,6 +36,8 @@ WATCH_LABEL = "airflow-gpu/accelerator"
 WATCH_SECONDS = 300
 #: Backoff after an error: first wait, cap, and the jitter fraction.
 BACKOFF_FIRST, BACKOFF_MAX, JITTER = 0.5, 30.0, 0.5
+#: Connection extras that name a kubeconfig, and their old prefix.
+KUBECONFIG_EXTRAS, EXTRA_PREFIX = frozenset({"kube_config_path"}), "extra__kubernetes__"
 #: Seconds the loop lingers without waiters before it stops (a trigger that restarts reuses it).
 LINGER_SECONDS = 30.0
 
@@ -60,14 +62,24 @@ class ClusterConnection:
         )
 
     def hook(self) -> Any:
+        """The async hook, reading the cluster as the worker's sync hook did.
+
+        The operator's ``config_file`` (here ``config_dict``) replaces the connection's
+        ``kube_config_path``, as in ``KubernetesHook.get_conn``; ``AsyncKubernetesHook`` instead
+        refuses the pair as "mutually exclusive", which fails the official trigger of a KPO with
+        ``config_file`` whose connection also names a kubeconfig file. That field is dropped then.
+        """
         from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 
+        extras = dict(self.connection_extras) if self.connection_extras is not None else None
+        if self.config_dict:
+            extras = {k: v for k, v in (extras or {}).items() if k.removeprefix(EXTRA_PREFIX) not in KUBECONFIG_EXTRAS}
         return AsyncKubernetesHook(
             conn_id=self.kubernetes_conn_id,
             in_cluster=self.in_cluster,
             config_dict=dict(self.config_dict) if self.config_dict else None,
             cluster_context=self.cluster_context,
-            connection_extras=dict(self.connection_extras) if self.connection_extras is not None else None,
+            connection_extras=extras,
         )
 
 
