@@ -145,26 +145,31 @@ class DagsTestRun:
         injector.workdir = root  # a Disrupter: it releases the held workload there
         injector.start()
         conf = {"workdir": str(root), "kubeconfig": str(self.emulator.kubeconfig_path), "hold": True}
-        self.process = subprocess.Popen(
-            [str(BIN / "airflow"), "dags", "test", dag_id, "--conf", json.dumps(conf), "--dagfile-path", str(dag_file)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        # To a file, not a pipe: nobody reads a pipe until ``wait``, and a full one (64 KiB of task
+        # log) would stop the run mid-way, holding its pod.
+        self.output = root / "dags-test.out"
+        with self.output.open("w") as out:
+            self.process = subprocess.Popen(
+                [str(BIN / "airflow"), "dags", "test", dag_id, "--conf", json.dumps(conf), "--dagfile-path",
+                 str(dag_file)],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )  # fmt: skip
 
     def wait(self, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         try:
-            out, _ = self.process.communicate(timeout=timeout)
+            self.process.wait(timeout=timeout)
         finally:
             self.injector.stop.set()
             self.injector.join(timeout=30)
+        out = self.output.read_text(errors="replace")
         return subprocess.CompletedProcess(self.process.args, self.process.returncode, out, "")
 
     def close(self) -> None:
         if self.process.poll() is None:
             self.process.kill()
-            self.process.communicate()
+            self.process.wait()
         self.injector.stop.set()
         self.emulator.stop()
 

@@ -62,13 +62,12 @@ def test_events_are_the_official_triggers_from_one_list_and_one_watch(kubernetes
     gpu_pod(api, "stuck", "true", nodeSelector={"no-such": "node"})
 
     async def body() -> list[dict[str, Any]]:
-        SharedPodWatch._watches.clear()
         runs = [
             asyncio.create_task(first_event(trigger(kubernetes_emulator, name, schedule_timeout=3)))
             for name in ("ok", "bug", "reclaimed", "removed", "stuck")
         ]
         await asyncio.sleep(0)
-        watch = next(iter(SharedPodWatch._watches.values()))
+        (watch,) = SharedPodWatch.in_this_loop()
         await asyncio.wait_for(watch.synced.wait(), 30)
         await asyncio.to_thread(kubernetes_emulator.preempt, "reclaimed", "default", 0)
         await asyncio.to_thread(api.delete_namespaced_pod, "removed", "default", grace_period_seconds=0)
@@ -98,7 +97,6 @@ def test_it_serializes_as_itself_and_mark_failed_deletes_the_pod(kubernetes_emul
     assert kwargs["pod_name"] == "marked" and GPUPodTrigger(**kwargs).serialize() == (path, kwargs)
 
     async def body() -> None:
-        SharedPodWatch._watches.clear()
         waiting = asyncio.create_task(first_event(t))
         await asyncio.sleep(1)
         waiting.cancel()

@@ -24,6 +24,7 @@ import contextlib
 import json
 import logging
 import random
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -118,17 +119,26 @@ class SharedPodWatch:
     requests: int = 0  # LIST and WATCH requests made, for the benchmark and the tests
     error: ApiStatusError | None = None  # the namespace cannot be listed at all (RBAC): waiters hear it
 
-    _watches: ClassVar[dict[tuple[str, str, int], SharedPodWatch]] = {}
+    #: Per event loop: ``airflow dags test`` runs each trigger in a loop of its own, and a watch's
+    #: task and condition belong to the loop that made them.
+    _loops: ClassVar[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], SharedPodWatch]]] = (
+        weakref.WeakKeyDictionary()
+    )
 
     @classmethod
     def get(cls, connection: ClusterConnection, namespace: str, poll_interval: float = 2.0) -> SharedPodWatch:
-        """The process's watch of ``namespace`` on ``connection``'s cluster (one per event loop)."""
-        loop_id = id(asyncio.get_running_loop())
-        key = (connection.key, namespace, loop_id)
-        watch = cls._watches.get(key)
+        """The process's watch of ``namespace`` on ``connection``'s cluster, in the running event loop."""
+        watches = cls._loops.setdefault(asyncio.get_running_loop(), {})
+        key = (connection.key, namespace)
+        watch = watches.get(key)
         if watch is None:
-            watch = cls._watches[key] = cls(connection, namespace, poll_interval)
+            watch = watches[key] = cls(connection, namespace, poll_interval)
         return watch
+
+    @classmethod
+    def in_this_loop(cls) -> list[SharedPodWatch]:
+        """The watches of the running event loop (for tests and the benchmark)."""
+        return list(cls._loops.get(asyncio.get_running_loop(), {}).values())
 
     # --- what a trigger calls -------------------------------------------------------------
 
