@@ -4,6 +4,7 @@ triggerer runs it: the official trigger's events, from one shared watch (no fake
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -106,3 +107,82 @@ def test_it_serializes_as_itself_and_mark_failed_deletes_the_pod(kubernetes_emul
     from airflow_gpu.testing.polling import wait_for
 
     wait_for(lambda: not [p for p in api.list_namespaced_pod("default").items if p.metadata.name == "marked"], 30)
+
+
+def spot_argument(first_name: str, **policy: Any) -> dict[str, Any]:
+    """What ``replacement_plan`` hands the trigger, for a pod that sleeps then exits 0."""
+    from airflow_gpu.spot.policy import SpotPolicy
+    from airflow_gpu.spot.run import SpotRun
+    from airflow_gpu.triggers.pod_replacement import NAME_TOKEN
+    from airflow_gpu.utils.manifest_delta import delta
+
+    spot_policy = SpotPolicy(**policy)
+
+    def manifest(capacity: str) -> dict[str, Any]:
+        labels = {WATCH_LABEL: "l4", "airflow-gpu/capacity": capacity, "dag_id": "d", "task_id": "t",
+                  "run_id": "r", "try_number": "1"}  # fmt: skip
+        container = {"name": "base", "image": "busybox", "command": ["sh", "-c", f"echo {NAME_TOKEN}; sleep 1"]}
+        return {"metadata": {"name": NAME_TOKEN, "labels": labels},
+                "spec": {"restartPolicy": "Never", "containers": [container]}}  # fmt: skip
+
+    base = manifest("spot")
+    return {
+        "policy": spot_policy.model_dump(), "candidates": ["L4:1"], "requested_capacity": "spot",
+        "state": SpotRun.start(spot_policy, ["L4:1"], "kubernetes", "spot").to_json(), "base": base,
+        "base_key": "0/spot", "deltas": {"0/on-demand": delta(base, manifest("on-demand"))},
+        "first_name": first_name,
+    }  # fmt: skip
+
+
+def test_the_trigger_replaces_a_reclaimed_pod_itself_and_two_triggers_make_one_replacement(
+    kubernetes_emulator: KubernetesEmulator,
+) -> None:
+    """Two triggerers run the same trigger (apache/airflow#37180): one replacement, adopted by the other."""
+    api = core(kubernetes_emulator)
+    from airflow_gpu.triggers.pod_replacement import NAME_TOKEN
+
+    plan = spot_argument("train-abc", max_interruptions=3)
+    first = json.loads(json.dumps(plan["base"]).replace(NAME_TOKEN, "train-abc"))
+    first["spec"]["containers"][0]["command"] = ["sh", "-c", "sleep 600"]
+    api.create_namespaced_pod("default", first)
+
+    def twin() -> GPUPodTrigger:
+        t = trigger(kubernetes_emulator, "train-abc")
+        return GPUPodTrigger(**{**t.serialize()[1], "gpu_spot": plan})
+
+    async def body() -> list[dict[str, Any]]:
+        runs = [asyncio.create_task(first_event(twin())) for _ in range(2)]
+        await asyncio.sleep(0)
+        (watch,) = SharedPodWatch.in_this_loop()
+        await asyncio.wait_for(watch.synced.wait(), 30)
+        await asyncio.to_thread(kubernetes_emulator.preempt, "train-abc", "default", 0)
+        return list(await asyncio.gather(*runs))
+
+    events = asyncio.run(body())
+    for event in events:
+        assert (event["status"], event["name"]) == ("success", "train-abc-r1")
+        state = event["gpu_state"]
+        assert state["submissions"] == 1 and len(state["interruptions"]) == 1
+        assert state["interruptions"][0]["workload"] == "train-abc"
+        assert state["interruptions"][0]["reason"] == "TerminationByKubelet"
+    names = {p.metadata.name for p in api.list_namespaced_pod("default").items}
+    assert names == {"train-abc-r1"}  # the reclaimed pod deleted (on_finish_action), one replacement
+    assert kubernetes_emulator.api_requests("POST", "pods") == 3  # the first, the replacement, the twin's 409
+    replaced = api.read_namespaced_pod("train-abc-r1", "default")
+    env = {e.name: e.value for e in replaced.spec.containers[0].env}
+    assert env["AIRFLOW_GPU_ATTEMPT"] == "2" and env["AIRFLOW_GPU_INTERRUPTIONS"] == "1"
+    log = api.read_namespaced_pod_log("train-abc-r1", "default", _preload_content=False).data.decode()
+    assert log.strip() == "train-abc-r1"  # the name is the pod's own, in its command too
+
+
+def test_a_namespace_that_cannot_be_listed_is_an_error_event_not_a_wait(
+    kubernetes_emulator: KubernetesEmulator,
+) -> None:
+    """As the official trigger's failing GET is: ``trigger_reentry`` defers again or fails, never a pod
+    "that took too long to be scheduled"."""
+    api = core(kubernetes_emulator)
+    gpu_pod(api, "denied", "sleep 60")
+    kubernetes_emulator.inject_api_fault(verb="list", resource="pods", status=403, times=None)
+    event = asyncio.run(asyncio.wait_for(first_event(trigger(kubernetes_emulator, "denied")), 30))
+    assert event["status"] == "error" and "forbidden" in event["message"]
+    assert not SharedPodWatch._loops  # the loop's watch ended with it: nothing keeps a closed loop alive

@@ -86,6 +86,7 @@ def test_one_list_and_one_watch_serve_every_pod_of_the_namespace(kubernetes_emul
     assert kubernetes_emulator.api_requests("LIST", "pods") == 1
     assert kubernetes_emulator.api_requests("WATCH", "pods") == 1
     assert kubernetes_emulator.api_requests("GET", "pods") == 0
+    assert not SharedPodWatch._loops  # ended with its event loop
 
 
 def test_no_final_state_is_missed_across_cut_streams_expired_versions_and_a_restart(

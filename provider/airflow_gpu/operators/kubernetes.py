@@ -52,11 +52,12 @@ from airflow_gpu.operators.gpu_profile import (
     publish_profile,
     wrapped,
 )
+from airflow_gpu.operators.kubernetes_deferral import replacement_plan
 from airflow_gpu.operators.spot_task import bad_result, fail, log_interruptions, publish
 from airflow_gpu.spot.classifier import Classification, Outcome, classify_deleted_pod, classify_pod, node_stays
 from airflow_gpu.spot.policy import Capacity, SpotPolicy
 from airflow_gpu.spot.run import SpotRun
-from airflow_gpu.triggers.kubernetes import LAST_SEEN_KEY, GPUPodTrigger
+from airflow_gpu.triggers.kubernetes import LAST_SEEN_KEY, STATE_KEY, GPUPodTrigger
 from airflow_gpu.utils.kubernetes import add_placement, to_dict
 from airflow_gpu.utils.pod_identity import identity_mismatch
 from airflow_gpu.utils.results import ResultError, WorkloadOutput, read_output
@@ -148,6 +149,7 @@ class GPUKubernetesOperator(KubernetesPodOperator):
         self._unread: str | None = None  # why its log could not be read
         self._nodes: dict[str, tuple[str | None, str | None]] = {}  # node -> (instance type, capacity type)
         self._dropped: k8s.V1Pod | None = None  # the pod KPO's _clean found gone
+        self._defer_context: Context | None = None  # while KPO's invoke_defer_method runs
 
     @property
     def accelerator(self) -> Accelerator:  # the candidate the next (or current) pod runs on
@@ -394,11 +396,22 @@ class GPUKubernetesOperator(KubernetesPodOperator):
         if method_name == "trigger_reentry":
             kwargs = {**(kwargs or {}), "gpu_state": self.spot_run.to_json()}
         if isinstance(trigger, KubernetesPodTrigger) and not isinstance(trigger, GPUPodTrigger):
-            trigger = GPUPodTrigger.from_official(trigger)  # one watch per namespace, not a GET per pod
+            context, pod = self._defer_context, self.pod
+            plan = replacement_plan(self, context, pod.metadata.name) if context and pod else None
+            trigger = GPUPodTrigger.from_official(trigger, gpu_spot=plan)  # one watch per namespace; spot run there
         super().defer(trigger=trigger, method_name=method_name, kwargs=kwargs, timeout=timeout)
+
+    def invoke_defer_method(self, last_log_time: Any = None, context: Context | None = None) -> None:
+        """KPO's; the context is kept for ``defer``, which builds the pods the trigger may create."""
+        self._defer_context = context
+        try:
+            super().invoke_defer_method(last_log_time=last_log_time, context=context)
+        finally:
+            self._defer_context = None
 
     def trigger_reentry(self, context: Context, event: dict[str, Any], gpu_state: dict[str, Any] | None = None) -> Any:
         """KPO's re-entry from the trigger, with the same classify-and-resubmit as ``execute_sync``."""
+        gpu_state = event.get(STATE_KEY) or gpu_state  # the trigger's, when it carried the run on
         if gpu_state is not None:
             self._restore(gpu_state, "carried through the deferral")
         else:  # ``dag.test()`` resumes with the event only; the pod carries the same state

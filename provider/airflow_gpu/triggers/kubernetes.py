@@ -19,6 +19,7 @@ reclaim is told from a person's delete.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from functools import cached_property
 from typing import Any
@@ -31,10 +32,16 @@ from airflow.providers.cncf.kubernetes.utils.pod_manager import (
 )
 from airflow.triggers.base import TriggerEvent
 
+from airflow_gpu.spot.classifier import Outcome
+from airflow_gpu.triggers.pod_replacement import PodReplacement, same_task_try
 from airflow_gpu.triggers.pod_watch import ClusterConnection, PodState, SharedPodWatch
 
-#: Event key carrying the pod as last seen, when it was deleted while the trigger waited.
+#: Event key carrying the pod as last seen (every event but ``success``).
 LAST_SEEN_KEY = "gpu_last_seen"
+#: The last lines of an interrupted pod's log that the trigger writes into the task's log.
+LOG_TAIL_LINES = 10_000
+#: Event key carrying the spot run's state to the worker, when the trigger carried the run on.
+STATE_KEY = "gpu_state"
 
 
 class PodGone(Exception):
@@ -44,29 +51,45 @@ class PodGone(Exception):
 class GPUPodTrigger(KubernetesPodTrigger):
     """The official pod trigger, fed by a shared list+watch instead of a GET per pod per poll."""
 
+    def __init__(self, *args: Any, gpu_spot: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: The spot run to carry on here (``pod_replacement``); None: every end goes to the worker.
+        self.gpu_spot = gpu_spot
+
     def serialize(self) -> tuple[str, dict[str, Any]]:
         _, kwargs = super().serialize()
+        if self.gpu_spot is not None:
+            kwargs["gpu_spot"] = self.gpu_spot
         return f"{type(self).__module__}.{type(self).__qualname__}", kwargs
 
     @classmethod
-    def from_official(cls, trigger: KubernetesPodTrigger) -> GPUPodTrigger:
+    def from_official(cls, trigger: KubernetesPodTrigger, gpu_spot: dict[str, Any] | None = None) -> GPUPodTrigger:
         """The same wait, from the trigger ``KubernetesPodOperator.invoke_defer_method`` built."""
         _, kwargs = trigger.serialize()
-        return cls(**kwargs)
+        return cls(**kwargs, gpu_spot=gpu_spot)
 
     _gone: PodState | None = None  # the pod's last state, once the watch said it was deleted
     _last_seen: dict[str, Any] | None = None  # the pod as the watch last showed it
 
     @cached_property
-    def watch(self) -> SharedPodWatch:
-        connection = ClusterConnection(
+    def connection(self) -> ClusterConnection:
+        return ClusterConnection(
             kubernetes_conn_id=self.kubernetes_conn_id,
             connection_extras=self.connection_extras,
             cluster_context=self.cluster_context,
             config_dict=self.config_dict,
             in_cluster=self.in_cluster,
         )
-        return SharedPodWatch.get(connection, self.pod_namespace, poll_interval=float(self.poll_interval))
+
+    @cached_property
+    def hook(self) -> Any:
+        """The official trigger's hook (``on_kill``, ``cleanup``, ``logging_interval``), reading the
+        cluster as the worker did: see ``ClusterConnection.hook``."""
+        return self.connection.hook()
+
+    @cached_property
+    def watch(self) -> SharedPodWatch:
+        return SharedPodWatch.get(self.connection, self.pod_namespace, poll_interval=float(self.poll_interval))
 
     # --- the pod, from the watch ----------------------------------------------------------
 
@@ -100,10 +123,10 @@ class GPUPodTrigger(KubernetesPodTrigger):
             state = await self._next(seen, timeout=self.startup_check_interval)
             if state is not None:
                 seen = state.version
-                if state.deleted or state.pod is None:
+                if state.pod is None or (state.deleted and _phase(state.pod) not in ("Succeeded", "Failed")):
                     self._gone = state
                     return ContainerState.FAILED  # ``run`` fires the deletion's event
-                pod = _model(state.pod)
+                pod = _model(state.pod)  # a deleted pod seen ended first: how it ended
                 status = pod.status
                 if status is not None and status.phase == "Failed" and status.container_statuses is None:
                     raise PodLaunchFailedException("Pod failed before containers started")
@@ -153,10 +176,11 @@ class GPUPodTrigger(KubernetesPodTrigger):
             if state is None:
                 continue
             seen = state.version
-            if state.deleted or state.pod is None:
+            container_state = self.define_pod_container_state(_model(state.pod)) if state.pod else None
+            ended = container_state in (ContainerState.TERMINATED, ContainerState.FAILED)
+            if state.pod is None or (state.deleted and not ended):  # gone before it ended
                 self._gone = state
                 return self._gone_event(state)
-            container_state = self.define_pod_container_state(_model(state.pod))
             if container_state in (ContainerState.TERMINATED, ContainerState.FAILED):
                 succeeded = container_state == ContainerState.TERMINATED
                 event: dict[str, Any] = {
@@ -171,7 +195,67 @@ class GPUPodTrigger(KubernetesPodTrigger):
                 return TriggerEvent(event)
 
     async def run(self) -> Any:
-        """The official run; every event but ``success`` carries the pod's last state (``gpu_last_seen``)."""
+        """Each pod's wait, and with ``gpu_spot`` the next pod created here after an interruption.
+
+        The event that reaches the worker is the one of the pod that ends the run: it succeeded,
+        failed by itself, or the policy gives up; ``gpu_state`` carries the run's state to it.
+        """
+        replacement = (
+            PodReplacement.from_argument(self.gpu_spot, self.base_container_name, self.on_finish_action)
+            if self.gpu_spot is not None
+            else None
+        )
+        while True:
+            payload: dict[str, Any] | None = None
+            try:
+                async for event in self._one_pod():
+                    payload = dict(event.payload)
+            finally:
+                self.watch.forget(self.pod_name)  # the shared watch keeps only pods someone waits on
+            if payload is None:
+                return
+            if replacement is None:
+                yield TriggerEvent(payload)
+                return
+            ended = replacement.run.to_json()  # what the worker decides from, if it is the last pod
+            if payload.get("status") in ("success", "error") or not await self._replaced(replacement, payload):
+                yield TriggerEvent({**payload, STATE_KEY: ended})
+                return
+
+    async def _replaced(self, replacement: PodReplacement, payload: dict[str, Any]) -> bool:
+        """True when the pod's end was an interruption the policy rides out here, and the next pod exists."""
+        last = payload.get(LAST_SEEN_KEY) or self._last_seen
+        deleted = self._gone is not None
+        node = ((last or {}).get("spec") or {}).get("nodeName")
+        result = replacement.classify(last, deleted, await self._node_stays(node) if deleted else None)
+        if not replacement.replaceable(result):
+            return False
+        snapshot = replacement.run.to_json()
+        decision = replacement.decide(self.pod_name, result, node)
+        if decision.action != "resubmit":
+            replacement.run.restore(snapshot)  # the worker records it and fails, as for any last pod
+            return False
+        ended_pod = self.pod_name
+        await self._write_log(ended_pod)
+        for record in replacement.run.recorded:
+            self.log.warning(
+                "GPU interruption %d: %s (%s) on pod %s", len(replacement.run.interruptions), record["outcome"],
+                record["reason"], ended_pod,
+            )  # fmt: skip
+        self.log.warning("The pod %s ended: %s", ended_pod, decision.message)
+        if replacement.delete_ended or result.outcome is Outcome.UNSCHEDULABLE:
+            await self._delete(ended_pod)
+        name = replacement.next_name()
+        adopted = await self._create(replacement.manifest(name))
+        self.log.info(
+            "%s pod %s on %s (%s capacity) in place of %s", "Adopted" if adopted else "Created", name,
+            replacement.run.accelerator, replacement.run.capacity, ended_pod,
+        )  # fmt: skip
+        self.pod_name, self._gone, self._last_seen, self._fired_event = name, None, None, False
+        return True
+
+    async def _one_pod(self) -> Any:
+        """The official run for the current pod; every event but ``success`` carries its last state."""
         async for event in super().run():
             if self._gone is not None:
                 yield self._gone_event(self._gone)
@@ -194,11 +278,114 @@ class GPUPodTrigger(KubernetesPodTrigger):
             }
         )
 
+    # --- the API calls of a replacement ---------------------------------------------------
+
+    async def _node_stays(self, node: str | None) -> bool | None:
+        """Whether the pod's node is there to stay (``classify_deleted_pod``); None if it cannot be told."""
+        from kubernetes_asyncio.client import CoreV1Api
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        from airflow_gpu.spot.classifier import node_stays
+
+        if not node:
+            return None
+        try:
+            async with self.watch.connection.hook().get_conn() as api:
+                response: Any = await CoreV1Api(api).read_node(node, _preload_content=False)
+                if response.status == 404:
+                    return False
+                if response.status >= 400:
+                    return None
+                return node_stays(json.loads(await response.read()))
+        except ApiException as error:
+            return False if error.status == 404 else None
+
+    async def _write_log(self, name: str) -> None:
+        """The ended pod's output into the task's trigger log, as the worker writes the last pod's:
+        what an interrupted attempt printed (its last checkpoint) is not lost with the pod."""
+        from kubernetes_asyncio.client import CoreV1Api
+
+        if not self.get_logs:
+            return
+        try:
+            async with self.watch.connection.hook().get_conn() as api:
+                response: Any = await CoreV1Api(api).read_namespaced_pod_log(
+                    name, self.pod_namespace, container=self.base_container_name, tail_lines=LOG_TAIL_LINES,
+                    _preload_content=False,
+                )  # fmt: skip
+                if response.status >= 400:
+                    self.log.info("The log of pod %s could not be read (%s)", name, response.status)
+                    return
+                text = (await response.read()).decode("utf-8", "replace")
+        except Exception as error:  # the run goes on without it
+            self.log.info("The log of pod %s could not be read (%s: %s)", name, type(error).__name__, error)
+            return
+        for line in text.splitlines():
+            if line.strip() and not line.startswith("::airflow-gpu-"):  # result, profile: from the last pod
+                self.log.info("[%s] %s", self.base_container_name, line)
+
+    async def _delete(self, name: str) -> None:
+        from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import generic_api_retry
+        from kubernetes_asyncio.client import CoreV1Api
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        @generic_api_retry  # type: ignore[untyped-decorator]
+        async def delete() -> None:
+            async with self.watch.connection.hook().get_conn() as api:
+                try:
+                    await CoreV1Api(api).delete_namespaced_pod(name, self.pod_namespace, grace_period_seconds=0)
+                except ApiException as error:
+                    if error.status != 404:
+                        raise
+
+        await delete()
+
+    async def _create(self, manifest: dict[str, Any]) -> bool:
+        """Create the pod; True when it existed already as this task try's (adopted). A pod of that name
+        that belongs to anything else is an error: it is never taken over."""
+        from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import generic_api_retry
+        from kubernetes_asyncio.client import CoreV1Api
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        name = manifest["metadata"]["name"]
+
+        @generic_api_retry  # type: ignore[untyped-decorator]
+        async def create() -> bool:
+            async with self.watch.connection.hook().get_conn() as api:
+                core: Any = CoreV1Api(api)  # a dict body is sent as it is; no model needed
+                try:
+                    await core.create_namespaced_pod(self.pod_namespace, manifest)
+                    return False
+                except ApiException as error:
+                    if error.status != 409:
+                        raise
+                response = await core.read_namespaced_pod(name, self.pod_namespace, _preload_content=False)
+                existing = json.loads(await response.read())
+            why_not = same_task_try(existing, manifest)
+            if why_not:
+                raise PodLaunchFailedException(f"pod {name} exists and is not this task try's: {why_not}")
+            return True
+
+        created: bool = await create()
+        return created
+
+
+def _phase(pod: dict[str, Any]) -> Any:
+    return (pod.get("status") or {}).get("phase")
+
 
 def _model(pod: dict[str, Any]) -> Any:
-    """The API's JSON as the ``V1Pod`` the official trigger's helpers read (attribute names alike)."""
-    from kubernetes.client import V1Pod
+    """The pod's status as the ``V1Pod`` the official trigger's helpers read (``pod.status...``).
+
+    The watch keeps a slim pod (no spec: see ``pod_watch.slim``), so only the name and status are
+    turned into models.
+    """
+    from kubernetes.client import V1ObjectMeta, V1Pod, V1PodStatus
 
     from airflow_gpu.utils.kubernetes import to_model
 
-    return to_model(pod, V1Pod)
+    metadata = pod.get("metadata") or {}
+    return V1Pod(
+        metadata=V1ObjectMeta(name=metadata.get("name"), namespace=metadata.get("namespace")),
+        status=to_model(pod.get("status") or {}, V1PodStatus),
+    )

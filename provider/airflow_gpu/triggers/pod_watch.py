@@ -39,6 +39,8 @@ WATCH_SECONDS = 300
 BACKOFF_FIRST, BACKOFF_MAX, JITTER = 0.5, 30.0, 0.5
 #: Connection extras that name a kubeconfig, and their old prefix.
 KUBECONFIG_EXTRAS, EXTRA_PREFIX = frozenset({"kube_config_path"}), "extra__kubernetes__"
+#: Requests failed in a row before the waiting triggers hear the error (about a minute of backoff).
+MAX_FAILURES = 6
 #: Seconds the loop lingers without waiters before it stops (a trigger that restarts reuses it).
 LINGER_SECONDS = 30.0
 
@@ -113,8 +115,9 @@ class SharedPodWatch:
     resource_version: str | None = None
     polling: bool = False  # RBAC does not grant watch: LIST every poll_interval instead
     synced: asyncio.Event = field(default_factory=asyncio.Event)
-    _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    _wakers: dict[str | None, set[asyncio.Future[None]]] = field(default_factory=dict)  # None: every waiter
     _counter: int = 0
+    failures: int = 0  # requests failed in a row; past MAX_FAILURES every waiter hears the last error
     _task: asyncio.Task[None] | None = None
     requests: int = 0  # LIST and WATCH requests made, for the benchmark and the tests
     error: ApiStatusError | None = None  # the namespace cannot be listed at all (RBAC): waiters hear it
@@ -145,40 +148,49 @@ class SharedPodWatch:
     async def next_state(self, name: str, seen: int = 0) -> PodState:
         """The pod's next state after the one numbered ``seen`` (0: the first one known).
 
-        A pod the synced cache does not know is looked up once (it may have been deleted before
-        the trigger started): a 404 gives a deleted state without a last-seen pod.
+        A pod the synced cache does not know is looked up once (it was created after the list, or
+        deleted before the trigger started): a 404 gives a deleted state without a last-seen pod.
+        Raises the API's error when the namespace cannot be listed or watched for a while.
         """
         self.waiters[name] = self.waiters.get(name, 0) + 1
+        looked_up = False
         try:
-            self._ensure_running()
-            looked_up = False
-            async with self._changed:
-                while True:
-                    state = self.states.get(name)
-                    if state is not None and state.version > seen:
-                        return state
-                    if self.error is not None:
-                        raise self.error
-                    if state is None and self.synced.is_set() and not looked_up:
-                        looked_up = True
-                        self._changed.release()
-                        try:
-                            await self._look_up(name)
-                        finally:
-                            await self._changed.acquire()
-                        continue
-                    if self._task is not None and self._task.done():
-                        self._ensure_running()
-                    await self._changed.wait()
+            while True:
+                self._ensure_running()
+                state = self.states.get(name)
+                if state is not None and state.version > seen:
+                    return state
+                if self.error is not None:
+                    raise self.error
+                if state is None and self.synced.is_set() and not looked_up:
+                    looked_up = True
+                    await self._look_up(name)
+                    continue
+                waker: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                self._wakers.setdefault(name, set()).add(waker)
+                try:
+                    await waker
+                finally:
+                    self._wakers.get(name, set()).discard(waker)
+                    if not self._wakers.get(name):
+                        self._wakers.pop(name, None)
         finally:
             self.waiters[name] -= 1
             if not self.waiters[name]:
                 del self.waiters[name]
 
     def forget(self, name: str) -> None:
-        """The trigger is done with the pod (it will not ask again)."""
+        """The trigger is done with the pod (it will not ask again): its state is dropped."""
         if name not in self.waiters:
             self.states.pop(name, None)
+
+    def _wake(self, name: str | None = None) -> None:
+        """Wake the waiters of one pod (``None``: every waiter, for an error or a finished list)."""
+        names = list(self._wakers) if name is None else [name]
+        for key in names:
+            for waker in self._wakers.get(key, ()):
+                if not waker.done():
+                    waker.set_result(None)
 
     # --- the informer ---------------------------------------------------------------------
 
@@ -187,54 +199,57 @@ class SharedPodWatch:
             self._task = asyncio.get_running_loop().create_task(self._run(), name=f"airflow-gpu-watch-{self.namespace}")
 
     async def _record(self, name: str, pod: dict[str, Any] | None, deleted: bool = False) -> None:
-        async with self._changed:
-            self._counter += 1
-            previous = self.states.get(name)
-            self.states[name] = PodState(pod if pod is not None else (previous.pod if previous else None),
-                                         self._counter, deleted)  # fmt: skip
-            self._changed.notify_all()
+        """A pod's new state, kept only while a trigger waits on it, and only what tells how it ended."""
+        if name not in self.waiters:
+            self.states.pop(name, None)  # nobody waits: a trigger that comes later looks it up
+            return
+        self._counter += 1
+        previous = self.states.get(name)
+        kept = slim(pod) if pod is not None else (previous.pod if previous else None)
+        self.states[name] = PodState(kept, self._counter, deleted)
+        self._wake(name)
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await self._serve(loop)
+        finally:  # a finished (or cancelled, at loop shutdown) watch lets its loop go
+            watches = self._loops.get(loop, {})
+            if watches.get((self.connection.key, self.namespace)) is self:
+                del watches[(self.connection.key, self.namespace)]
+                if not watches:
+                    self._loops.pop(loop, None)
+            self._task = None
+
+    async def _serve(self, loop: asyncio.AbstractEventLoop) -> None:
         delay = BACKOFF_FIRST
         idle_since: float | None = None
-        loop = asyncio.get_running_loop()
         while True:
-            if not self.waiters:
-                idle_since = idle_since or loop.time()
-                if loop.time() - idle_since > LINGER_SECONDS:
-                    return
-            else:
+            if self.waiters:
                 idle_since = None
+            elif loop.time() - (idle_since := idle_since or loop.time()) > LINGER_SECONDS:
+                return
             try:
                 async with self.connection.hook().get_conn() as api:
-                    while True:
+                    while self.waiters or loop.time() - (idle_since or loop.time()) <= LINGER_SECONDS:
                         if self.resource_version is None or self.polling:
                             await self._list(api)
                         if self.polling:
-                            delay = BACKOFF_FIRST
                             await asyncio.sleep(self.poll_interval)
-                        else:
-                            await self._watch(api)
-                            delay = BACKOFF_FIRST
-                        if not self.waiters and loop.time() - (idle_since or loop.time()) > LINGER_SECONDS:
-                            return
+                        elif not await self._watch(api):
+                            await asyncio.sleep(BACKOFF_FIRST)  # closed at once, without an event: not a busy loop
+                        self._succeeded()
+                        delay = BACKOFF_FIRST
                         if not self.waiters:
                             idle_since = idle_since or loop.time()
+                    return
             except asyncio.CancelledError:
                 raise
             except ApiStatusError as error:
                 if error.status == 410:  # compacted: list again
                     self.resource_version = None
                     continue
-                if error.status == 403 and self.resource_version is None and not self.polling:
-                    async with self._changed:  # not even LIST: nothing to wait for, every waiter hears why
-                        self.error = error
-                        self._changed.notify_all()
-                    log.error("Cannot list pods in namespace %s: %s", self.namespace, error.message)
-                    await asyncio.sleep(max(self.poll_interval, delay))
-                    delay = min(BACKOFF_MAX, delay * 2)
-                    continue
-                if error.status == 403 and not self.polling:
+                if error.status == 403 and self.resource_version is not None and not self.polling:
                     self.polling = True
                     log.warning(
                         "RBAC does not grant `watch pods` in namespace %s (%s); listing the namespace every "
@@ -243,14 +258,34 @@ class SharedPodWatch:
                     )  # fmt: skip
                     continue
                 wait = error.retry_after if error.retry_after is not None else delay
-                log.info("Kubernetes API answered %s; watching again in %.1f s", error, wait)
+                self._failed(error, f"answered {error}")
                 await asyncio.sleep(wait * (1 + random.uniform(0, JITTER)))
                 delay = min(BACKOFF_MAX, delay * 2)
-            except Exception as error:  # a reset, a timeout, a proxy: back off and go on
-                log.info("The watch of pods in %s stopped (%s: %s); again in %.1f s",
-                         self.namespace, type(error).__name__, error, delay)  # fmt: skip
+            except Exception as error:  # a reset, a timeout, a proxy, a configuration that does not load
+                self._failed(error, f"stopped ({type(error).__name__}: {error})")
                 await asyncio.sleep(delay * (1 + random.uniform(0, JITTER)))
                 delay = min(BACKOFF_MAX, delay * 2)
+
+    def _succeeded(self) -> None:
+        self.failures = 0
+        if self.error is not None:
+            self.error = None
+
+    def _failed(self, error: Exception, what: str) -> None:
+        """Count a failed request; a 403 on LIST at once, or MAX_FAILURES in a row, reach every waiter.
+
+        The official trigger turns a failing GET into an ``error`` event (``trigger_reentry`` then
+        defers again): waiting on a watch that cannot be had would instead look like a pod that
+        never starts, or wait forever.
+        """
+        self.failures += 1
+        log.info("The watch of pods in %s %s; again shortly (%d in a row)", self.namespace, what, self.failures)
+        denied = isinstance(error, ApiStatusError) and error.status == 403
+        if denied or self.failures >= MAX_FAILURES:
+            self.error = error if isinstance(error, ApiStatusError) else ApiStatusError(0, what)
+            if denied:
+                log.error("Cannot list pods in namespace %s: %s", self.namespace, self.error.message)
+            self._wake()
 
     async def _request(self, api: Any, **params: Any) -> Any:
         from kubernetes_asyncio.client import CoreV1Api
@@ -278,12 +313,12 @@ class SharedPodWatch:
             if name not in listed and not state.deleted:  # gone while we were not watching
                 await self._record(name, None, deleted=True)
         self.resource_version = body.get("metadata", {}).get("resourceVersion")
-        self.error = None
+        self._succeeded()
         self.synced.set()
-        async with self._changed:
-            self._changed.notify_all()  # waiters for pods the list did not have may look them up now
+        self._wake()  # waiters for pods the list did not have may look them up now
 
-    async def _watch(self, api: Any) -> None:
+    async def _watch(self, api: Any) -> bool:
+        """One watch request, to its end; True if it brought anything (an event or a bookmark)."""
         seconds = int(WATCH_SECONDS * random.uniform(0.9, 1.1))  # not every watch reopens at once
         response = await self._request(
             api,
@@ -293,23 +328,29 @@ class SharedPodWatch:
             timeout_seconds=seconds,
             _request_timeout=seconds + 30,
         )
+        brought = False
         try:
-            async for raw in response.content:
-                if not raw.strip():
-                    continue
-                event = json.loads(raw)
-                kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":
-                    raise _status_error(obj.get("code", 500), json.dumps(obj), None)
-                version = (obj.get("metadata") or {}).get("resourceVersion")
-                if kind == "BOOKMARK":
-                    self.resource_version = version or self.resource_version
-                    continue
-                name = obj["metadata"]["name"]
-                await self._record(name, obj, deleted=kind == "DELETED")
-                self.resource_version = version or self.resource_version
+            pending = b""
+            async for chunk in response.content.iter_any():  # not readline: a pod's line may pass 128 KiB
+                *lines, pending = (pending + chunk).split(b"\n")
+                for raw in lines:
+                    if raw.strip():
+                        brought = True
+                        await self._event(json.loads(raw))
+            if pending.strip():
+                await self._event(json.loads(pending))
         finally:
             response.release()
+        return brought
+
+    async def _event(self, event: dict[str, Any]) -> None:
+        kind, obj = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            raise _status_error(obj.get("code", 500), json.dumps(obj), None)
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        if kind != "BOOKMARK":
+            await self._record(obj["metadata"]["name"], obj, deleted=kind == "DELETED")
+        self.resource_version = version or self.resource_version
 
     async def _look_up(self, name: str) -> None:
         """One GET for a pod the list did not have: gone before we watched, or created since."""
@@ -332,6 +373,19 @@ class SharedPodWatch:
                 pod = json.loads(await response.read())
                 if name not in self.states:
                     await self._record(name, pod)
+
+
+def slim(pod: dict[str, Any]) -> dict[str, Any]:
+    """What tells how a pod ended (status, node, deletion, identity), without its spec and managed fields:
+    kept for 10,000 pods in the triggerer, and carried in events to the worker."""
+    metadata = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    kept = ("name", "namespace", "uid", "labels", "resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds")
+    return {
+        "metadata": {k: metadata[k] for k in kept if k in metadata},
+        "spec": {k: spec[k] for k in ("nodeName", "terminationGracePeriodSeconds") if k in spec},
+        "status": pod.get("status") or {},
+    }
 
 
 async def _checked(response: Any) -> Any:

@@ -22,6 +22,8 @@ from typing import Any
 
 #: Seconds between attempts while the stream cannot be read or ended before the container did.
 RETRY_SECONDS = 1.0
+#: Seconds more than the last line's age a resumed stream asks for: the node's clock may differ.
+SKEW_MARGIN_SECONDS = 10
 #: Read timeout of one stream: a quiet stream is reopened, so a half-open connection cannot hang.
 READ_TIMEOUT_SECONDS = 300.0
 _STAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?([Zz]|[+-]\d\d:\d\d)")
@@ -61,7 +63,9 @@ class PodLogFollower:
         self.client, self.namespace, self.pod, self.container = client, namespace, pod, container
         self._emit, self._warn, self._retry_seconds = emit, warn, retry_seconds
         self._last: tuple[datetime, int] | None = None  # the newest line written
+        self._at_last = 0  # lines written with exactly that stamp (a burst can share one)
         self._resumed_after: tuple[datetime, int] | None = None  # what the current stream may repeat
+        self._to_skip = 0  # lines at that very stamp already written, to skip again
         self._stop = threading.Event()
         self._warned = False
         self._thread = threading.Thread(target=self._run, name=f"log-{pod}", daemon=True)
@@ -99,10 +103,10 @@ class PodLogFollower:
     def _stream(self, follow: bool = True) -> bool:
         """One read of the log; True if it ran to the end of the stream."""
         kwargs: dict[str, Any] = {}
-        self._resumed_after = self._last
-        if self._last is not None:  # the lines since the last one written, and a second more
+        self._resumed_after, self._to_skip = self._last, self._at_last
+        if self._last is not None:  # the lines since the last one written, with a margin for clock skew
             age = datetime.now(timezone.utc) - self._last[0]
-            kwargs["since_seconds"] = max(1, math.ceil(age.total_seconds()) + 1)
+            kwargs["since_seconds"] = max(1, math.ceil(age.total_seconds()) + SKEW_MARGIN_SECONDS)
         try:
             response = self.client.read_namespaced_pod_log(
                 self.pod,
@@ -134,9 +138,13 @@ class PodLogFollower:
         stamp = parse_stamp(stamp_text)
         if stamp is None:  # no timestamp: a continuation, or a server that ignores ``timestamps``
             text = line
-        elif self._resumed_after is not None and stamp <= self._resumed_after:
+        elif self._resumed_after is not None and stamp < self._resumed_after:
             return  # written from the stream before this one
+        elif self._resumed_after is not None and stamp == self._resumed_after and self._to_skip > 0:
+            self._to_skip -= 1
+            return
         else:
+            self._at_last = self._at_last + 1 if stamp == self._last else 1
             self._last = stamp
         self._emit(text)
 

@@ -1,0 +1,96 @@
+"""``PodReplacement``: the spot run a trigger carries on (pure: no cluster, no Airflow)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from airflow_gpu.spot.classifier import Classification, Outcome
+from airflow_gpu.spot.policy import SpotPolicy
+from airflow_gpu.spot.run import SpotRun
+from airflow_gpu.triggers.pod_replacement import NAME_TOKEN, PodReplacement, same_task_try
+from airflow_gpu.utils.manifest_delta import delta
+
+LABELS = {"dag_id": "d", "task_id": "t", "run_id": "r", "try_number": "1", "airflow-gpu/accelerator": "l4"}
+
+
+def pod(capacity: str) -> dict[str, Any]:
+    notice = f"/tmp/airflow-gpu/{NAME_TOKEN}/spot-notice"
+    return {
+        "metadata": {"name": NAME_TOKEN, "labels": {**LABELS, "airflow-gpu/capacity": capacity},
+                     "annotations": {"airflow-gpu/state": "{}"}, "uid": "old", "resourceVersion": "9"},
+        "spec": {"containers": [{"name": "base", "image": "cuda", "env": [
+            {"name": "AIRFLOW_GPU_SPOT_NOTICE", "value": notice}, {"name": "AIRFLOW_GPU_ATTEMPT", "value": "1"}],
+            "lifecycle": {"preStop": {"exec": {"command": ["sh", "-c", f"date > {notice}"]}}}}]},
+    }  # fmt: skip
+
+
+def argument(first_name: str = "train-abc12345", **policy: Any) -> dict[str, Any]:
+    spot_policy = SpotPolicy(**policy)
+    run = SpotRun.start(spot_policy, ["L4:1"], "kubernetes", "spot")
+    base = pod("spot")
+    return {
+        "policy": spot_policy.model_dump(), "candidates": ["L4:1"], "requested_capacity": "spot",
+        "state": run.to_json(), "base": base, "base_key": "0/spot",
+        "deltas": {"0/on-demand": delta(base, pod("on-demand"))}, "first_name": first_name,
+    }  # fmt: skip
+
+
+PREEMPTED = Classification(Outcome.PREEMPTED, "TerminationByKubelet", "node shutdown", transient=True)
+
+
+def test_each_interruption_is_counted_once_however_often_the_trigger_replays_it() -> None:
+    replacement = PodReplacement.from_argument(argument(max_interruptions=1), "base", "delete_pod")
+    first = replacement.decide("train-abc12345", PREEMPTED, "gpu-spot-1")
+    assert first.action == "resubmit" and replacement.next_name() == "train-abc12345-r1"
+    # A restarted trigger starts from its arguments again and meets the same pod: the same record.
+    replay = PodReplacement.from_argument(argument(max_interruptions=1), "base", "delete_pod")
+    replay.decide("train-abc12345", PREEMPTED, "gpu-spot-1")
+
+    def untimed(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in r.items() if k != "time"} for r in records]
+
+    assert untimed(replay.run.interruptions) == untimed(replacement.run.interruptions)
+    assert len(replay.run.interruptions) == 1 and replay.next_name() == replacement.next_name()
+    # The second reclaim is past the budget: on-demand, with the name that follows.
+    second = replacement.decide("train-abc12345-r1", PREEMPTED, "gpu-spot-2")
+    assert second.action == "resubmit" and replacement.run.capacity == "on-demand"
+    assert replacement.next_name() == "train-abc12345-r2"
+    manifest = replacement.manifest(replacement.next_name())
+    assert manifest["metadata"]["labels"]["airflow-gpu/capacity"] == "on-demand"
+    assert "uid" not in manifest["metadata"] and "resourceVersion" not in manifest["metadata"]
+    text = json.dumps(manifest)
+    assert NAME_TOKEN not in text and "/tmp/airflow-gpu/train-abc12345-r2/spot-notice" in text
+    env = {e["name"]: e["value"] for e in manifest["spec"]["containers"][0]["env"]}
+    assert env["AIRFLOW_GPU_ATTEMPT"] == "3" and env["AIRFLOW_GPU_INTERRUPTIONS"] == "2"
+    assert env["AIRFLOW_GPU_CAPACITY"] == "on-demand"
+    state = json.loads(manifest["metadata"]["annotations"]["airflow-gpu/state"])
+    assert state["submissions"] == 2 and len(state["interruptions"]) == 2
+
+
+def test_a_bug_or_a_success_is_not_the_triggers_to_act_on() -> None:
+    replacement = PodReplacement.from_argument(argument(), "base", "delete_pod")
+    assert not replacement.replaceable(Classification(Outcome.APPLICATION, "Error", "exit 3", exit_code=3))
+    assert not replacement.replaceable(Classification(Outcome.SUCCEEDED, "Succeeded"))
+    assert replacement.replaceable(PREEMPTED)
+    assert replacement.replaceable(Classification(Outcome.UNSCHEDULABLE, "Unschedulable", "0/4 nodes"))
+
+
+def test_names_stay_valid_and_a_pod_of_another_try_is_never_adopted() -> None:
+    replacement = PodReplacement.from_argument(argument(first_name="x" * 63), "base", "keep_pod")
+    replacement.decide("x" * 63, PREEMPTED, None)
+    name = replacement.next_name()
+    assert len(name) <= 63 and name.endswith("-r1") and not replacement.delete_ended
+    mine = replacement.manifest(name)
+    assert same_task_try(json.loads(json.dumps(mine)), mine) is None
+    other = json.loads(json.dumps(mine))
+    other["metadata"]["labels"]["try_number"] = "2"
+    assert same_task_try(other, mine) == "its label try_number='2' is not '1'"
+
+
+def test_an_unusable_state_is_refused_with_the_reason() -> None:
+    broken = {**argument(), "state": {"version": 999}}
+    with pytest.raises(ValueError, match="state version 999"):
+        PodReplacement.from_argument(broken, "base", "delete_pod")
