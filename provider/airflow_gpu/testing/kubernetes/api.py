@@ -513,6 +513,7 @@ async def pod_log(request: web.Request) -> web.StreamResponse:
     if run is None or (
         not run.containers[container].lines
         and run.containers[container].process is None
+        and not run.containers[container].simulated
         and not run.containers[container].finished
     ):
         raise bad_request(f'container "{container}" in pod "{name}" is waiting to start: ContainerCreating')

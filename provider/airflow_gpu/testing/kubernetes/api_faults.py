@@ -23,6 +23,7 @@ from typing import Any
 #: Kubernetes ``Status`` reasons of the codes a fault may answer with.
 REASONS = {
     400: "BadRequest",
+    401: "Unauthorized",
     403: "Forbidden",
     404: "NotFound",
     409: "Conflict",

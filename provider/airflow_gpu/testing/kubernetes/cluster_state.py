@@ -422,7 +422,7 @@ class ClusterState:
             self.store.update("pods", pod)
         run = self.runs.get((namespace, name))
         if run is not None:
-            was_running = bool(run.running_processes())
+            was_running = run.is_running()
             await run.stop(float(grace))
             if run.task is not None:
                 await asyncio.shield(run.task)

@@ -149,6 +149,7 @@ class ContainerRun:
     finished_at: str | None = None
     env: dict[str, str] = field(default_factory=dict)  # what its command got, for exec
     namespaced: bool = False  # started under ``unshare`` + ``container_init.py`` (else a plain process)
+    simulated: bool = False  # no process: scripted (``simulation``), for clusters of thousands of pods
 
     def namespace_pid(self) -> int | None:
         """The host PID of the container's PID 1 (the init ``container_init.py`` forked), or None."""
@@ -212,6 +213,37 @@ def container_id(run: ContainerRun) -> str | None:
     return f"local://{run.process.pid}" if run.process is not None else None
 
 
+#: Images whose containers are simulated (no process), for a cluster of thousands of pods on one machine.
+SIMULATED_PREFIX = "simulated.local/"
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """What a simulated container does: print ``lines``, run ``seconds``, exit with ``exit_code``."""
+
+    seconds: float
+    exit_code: int
+    lines: tuple[str, ...]
+
+
+def simulation(container: dict[str, Any]) -> Simulation | None:
+    """The script of a container whose image is ``simulated.local/<anything>``; None for a real one.
+
+    It is read from the container's ``env`` values: ``SIMULATED_SECONDS`` (default 3600),
+    ``SIMULATED_EXIT_CODE`` (0) and ``SIMULATED_OUTPUT`` (lines, ``\n``-separated). A signal ends it
+    at once (SIGTERM: 143), as a workload that exits on SIGTERM.
+    """
+    if not str(container.get("image") or "").startswith(SIMULATED_PREFIX):
+        return None
+    env = {e.get("name"): str(e.get("value") or "") for e in container.get("env") or [] if "value" in e}
+    output = env.get("SIMULATED_OUTPUT", "")
+    return Simulation(
+        float(env.get("SIMULATED_SECONDS") or 3600),
+        int(env.get("SIMULATED_EXIT_CODE") or 0),
+        tuple(output.split("\n")) if output else (),
+    )
+
+
 class PodRun:
     """The processes of one pod and what they printed."""
 
@@ -242,6 +274,12 @@ class PodRun:
             self.volumes.release()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
+    def is_running(self) -> bool:
+        """Whether any container still runs, a process or a simulated one."""
+        return bool(self.running_processes()) or any(
+            run.simulated and run.started.is_set() and not run.finished for run in self.containers.values()
+        )
+
     def running_processes(self) -> list[asyncio.subprocess.Process]:
         return [
             run.process
@@ -254,6 +292,11 @@ class PodRun:
         shell that does not pass it on keeps its children running until SIGKILL); SIGKILL ends the
         whole container, children included."""
         for run in self.containers.values():
+            if run.simulated:  # a simulated workload exits on SIGTERM (143) or SIGKILL (137)
+                if not run.exited.is_set():
+                    run.exit_code = 128 + signum
+                    run.exited.set()
+                continue
             process = run.process
             if process is None or process.returncode is not None:
                 continue
@@ -314,6 +357,9 @@ class PodRun:
         command = argv(container)
         workdir = container.get("workingDir")
         run.started_at = timestamp()
+        script = simulation(container)
+        if script is not None:
+            return await self._simulate(run, script)
         if not command:
             return self._cannot_run(run, "no command: the emulator runs command/args as a local process")
         env = with_devices(
@@ -372,6 +418,22 @@ class PodRun:
         await reader
         run.exit_code = 128 - code if code < 0 else code  # killed by signal N -> 128 + N
         return self._terminated(run, run.exit_code, "Completed" if run.exit_code == 0 else "Error")
+
+    async def _simulate(self, run: ContainerRun, script: Simulation) -> dict[str, Any]:
+        """A container without a process: it prints its lines, runs its time (or until stopped), exits."""
+        run.simulated = True
+        run.started.set()
+        if self.terminating:
+            run.exit_code = 143
+            run.exited.set()
+        for line in script.lines:
+            run.append(line)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(run.exited.wait(), timeout=script.seconds)
+        code = run.exit_code if run.exited.is_set() and run.exit_code is not None else script.exit_code
+        run.exited.set()
+        run.exit_code = code
+        return self._terminated(run, code, "Completed" if code == 0 else "Error")
 
     @staticmethod
     async def _read_output(run: ContainerRun, process: asyncio.subprocess.Process) -> None:
