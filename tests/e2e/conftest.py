@@ -68,8 +68,7 @@ def airflow_stack(
         shutil.copy(dag_file, dags)
     config = root / "airflow-home" / "config"  # on every part's sys.path
     config.mkdir(parents=True)
-    for module in ("airflow_local_settings.py", "dag_scoped_auth.py"):
-        shutil.copy(Path(__file__).resolve().parent / "stack_config" / module, config)
+    shutil.copy(Path(__file__).resolve().parent / "stack_config" / "dag_scoped_auth.py", config)
     with KubernetesEmulator("demo") as emulator:
         emulator.write_kubeconfig(root / "kubeconfig")
         connection = {"conn_type": "kubernetes", "extra": {"kube_config_path": str(emulator.kubeconfig_path)}}

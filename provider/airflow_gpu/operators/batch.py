@@ -417,6 +417,7 @@ class GPUBatchOperator(BatchOperator):
                 region_name=self.hook.conn_region_name,
                 poll_interval=self.poll_interval,
                 capacity_timeout=self.spot.capacity_timeout,
+                deferred_at=time.time(),
             ),
             method_name="resume_after_trigger",
             kwargs={"gpu_state": self.spot_run.to_json(), "errors": errors},

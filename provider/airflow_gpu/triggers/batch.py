@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_gpu.spot.batch import FINAL, KILLED, CapacityClock
+from airflow_gpu.triggers.resume_dwell import dwell
 
 #: Polling rounds a job may be missing from DescribeJobs before the trigger gives up on it.
 MISSING_ROUNDS = 5
@@ -95,8 +96,10 @@ class GPUBatchJobTrigger(BaseTrigger):
         poll_interval: float = 30,
         capacity_timeout: float | None = None,
         max_errors: int = 5,
+        deferred_at: float | None = None,
     ) -> None:
         super().__init__()
+        self.deferred_at = deferred_at  # epoch seconds; no event before RESUME_DWELL_SECONDS after it
         self.job_id, self.aws_conn_id, self.region_name = job_id, aws_conn_id, region_name
         self.poll_interval, self.capacity_timeout, self.max_errors = poll_interval, capacity_timeout, max_errors
 
@@ -110,10 +113,17 @@ class GPUBatchJobTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "capacity_timeout": self.capacity_timeout,
                 "max_errors": self.max_errors,
+                "deferred_at": self.deferred_at,
             },
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        async for event in self._events():
+            await dwell(self.deferred_at)  # apache/airflow#72716: see resume_dwell
+            yield event
+            return
+
+    async def _events(self) -> AsyncIterator[TriggerEvent]:
         poller = SharedJobPoller.get(self.aws_conn_id, self.region_name, float(self.poll_interval))
         clock = CapacityClock(self.capacity_timeout) if self.capacity_timeout is not None else None
         errors = missing = 0

@@ -35,6 +35,7 @@ from airflow.triggers.base import TriggerEvent
 from airflow_gpu.spot.classifier import Outcome
 from airflow_gpu.triggers.pod_replacement import PodReplacement, same_task_try
 from airflow_gpu.triggers.pod_watch import ClusterConnection, PodState, SharedPodWatch
+from airflow_gpu.triggers.resume_dwell import dwell
 
 #: Event key carrying the pod as last seen (every event but ``success``).
 LAST_SEEN_KEY = "gpu_last_seen"
@@ -215,12 +216,18 @@ class GPUPodTrigger(KubernetesPodTrigger):
             if payload is None:
                 return
             if replacement is None:
+                await dwell(self._deferred_at())
                 yield TriggerEvent(payload)
                 return
             ended = replacement.run.to_json()  # what the worker decides from, if it is the last pod
             if payload.get("status") in ("success", "error") or not await self._replaced(replacement, payload):
+                await dwell(self._deferred_at())
                 yield TriggerEvent({**payload, STATE_KEY: ended})
                 return
+
+    def _deferred_at(self) -> float | None:
+        start = self.trigger_start_time
+        return start.timestamp() if start is not None else None
 
     async def _replaced(self, replacement: PodReplacement, payload: dict[str, Any]) -> bool:
         """True when the pod's end was an interruption the policy rides out here, and the next pod exists."""

@@ -1,0 +1,29 @@
+"""A GPU trigger does not fire in the first seconds after its deferral (apache/airflow#72716).
+
+In Airflow 3.3.2 a task that defers and is resumed at once can be failed by the scheduler: the
+worker that ran ``defer()`` exits, and its executor event (success) is drained only after the
+resumed attempt is already QUEUED or RUNNING, which the scheduler takes for a task killed from
+outside (the fix, apache/airflow#72767, is not released). The window is the time the executor
+takes to report that exit: seconds on a busy machine. A GPU task that ends within seconds of its
+deferral is rare in production and frequent in tests and in mapped fan-outs of short shards, so
+the provider's triggers hold an event until ``RESUME_DWELL_SECONDS`` after the deferral: a task
+that ran for hours loses nothing, one that ended at once waits a few seconds more, and neither is
+failed by the race. Remove once the pinned Airflow carries the fix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+#: Seconds after a deferral before its trigger may fire.
+RESUME_DWELL_SECONDS = 10.0
+
+
+async def dwell(deferred_at: float | None) -> None:
+    """Wait until ``RESUME_DWELL_SECONDS`` after ``deferred_at`` (epoch seconds; None: not at all)."""
+    if deferred_at is None:
+        return
+    wait = deferred_at + RESUME_DWELL_SECONDS - time.time()
+    if wait > 0:
+        await asyncio.sleep(wait)
