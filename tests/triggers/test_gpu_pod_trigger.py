@@ -186,3 +186,40 @@ def test_a_namespace_that_cannot_be_listed_is_an_error_event_not_a_wait(
     event = asyncio.run(asyncio.wait_for(first_event(trigger(kubernetes_emulator, "denied")), 30))
     assert event["status"] == "error" and "forbidden" in event["message"]
     assert not SharedPodWatch._loops  # the loop's watch ended with it: nothing keeps a closed loop alive
+
+
+def test_a_restarted_trigger_replays_the_run_and_adopts_the_pod_it_made(
+    kubernetes_emulator: KubernetesEmulator,
+) -> None:
+    """A triggerer restart starts the trigger again from its first arguments: the first pod is gone
+    (replaced), so it meets the same decision, finds ``-r1`` (409), adopts it and counts one interruption."""
+    api = core(kubernetes_emulator)
+    from airflow_gpu.triggers.pod_replacement import NAME_TOKEN
+
+    plan = spot_argument("train-xyz", max_interruptions=3)
+    plan["base"]["spec"]["containers"][0]["command"] = ["sh", "-c", "sleep 3"]
+    first = json.loads(json.dumps(plan["base"]).replace(NAME_TOKEN, "train-xyz"))
+    first["spec"]["containers"][0]["command"] = ["sh", "-c", "sleep 600"]
+    api.create_namespaced_pod("default", first)
+    arguments = {**trigger(kubernetes_emulator, "train-xyz").serialize()[1], "gpu_spot": plan}
+
+    async def until_replaced() -> None:
+        running = asyncio.create_task(first_event(GPUPodTrigger(**arguments)))
+        await asyncio.sleep(0)
+        (watch,) = SharedPodWatch.in_this_loop()
+        await asyncio.wait_for(watch.synced.wait(), 30)
+        await asyncio.to_thread(kubernetes_emulator.preempt, "train-xyz", "default", 0)
+        from airflow_gpu.testing.polling import wait_for
+
+        def replaced() -> bool:
+            return [p.metadata.name for p in api.list_namespaced_pod("default").items] == ["train-xyz-r1"]
+
+        await asyncio.to_thread(wait_for, replaced, 30)
+        running.cancel()  # the triggerer goes away here
+
+    asyncio.run(until_replaced())
+    event = asyncio.run(asyncio.wait_for(first_event(GPUPodTrigger(**arguments)), 60))  # a new triggerer
+    assert (event["status"], event["name"]) == ("success", "train-xyz-r1")
+    assert event["gpu_state"]["submissions"] == 1 and len(event["gpu_state"]["interruptions"]) == 1
+    assert [p.metadata.name for p in api.list_namespaced_pod("default").items] == ["train-xyz-r1"]
+    assert kubernetes_emulator.api_requests("POST", "pods") == 3  # the first, r1, and the replay's 409
