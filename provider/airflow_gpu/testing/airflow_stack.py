@@ -88,7 +88,6 @@ class AirflowStack:
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": "airflow_gpu.testing.sqlite.CONNECT_ARGS",
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(self.port),
             "AIRFLOW__API__BASE_URL": self.url,
@@ -102,10 +101,6 @@ class AirflowStack:
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
             **self.extra_env,
         }
-        if not env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("sqlite") and (
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS" not in self.extra_env
-        ):  # pysqlite's lock timeout means nothing to another database's driver
-            del env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS"]
         return env
 
     # --- lifecycle ------------------------------------------------------------------------
