@@ -29,6 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from airflow_gpu.triggers.kubernetes_api import ApiStatusError, checked, resource_version, slim, status_error
+
 log = logging.getLogger(__name__)
 
 #: The label every pod the provider creates carries; the shared watch selects on it.
@@ -95,14 +97,6 @@ class PodState:
     deleted: bool = False
 
 
-class ApiStatusError(Exception):
-    """An error status from the API server, with what a client needs to decide on a retry."""
-
-    def __init__(self, status: int, message: str, retry_after: float | None = None) -> None:
-        super().__init__(f"{status}: {message}")
-        self.status, self.message, self.retry_after = status, message, retry_after
-
-
 @dataclass
 class SharedPodWatch:
     """The informer for one (cluster, namespace) in this process."""
@@ -119,7 +113,6 @@ class SharedPodWatch:
     _counter: int = 0
     failures: int = 0  # requests failed in a row; past MAX_FAILURES every waiter hears the last error
     _task: asyncio.Task[None] | None = None
-    requests: int = 0  # LIST and WATCH requests made, for the benchmark and the tests
     error: ApiStatusError | None = None  # the namespace cannot be listed at all (RBAC): waiters hear it
 
     #: Per event loop: ``airflow dags test`` runs each trigger in a loop of its own, and a watch's
@@ -291,15 +284,14 @@ class SharedPodWatch:
         from kubernetes_asyncio.client import CoreV1Api
         from kubernetes_asyncio.client.exceptions import ApiException
 
-        self.requests += 1
         try:
             response = await CoreV1Api(api).list_namespaced_pod(
                 self.namespace, label_selector=WATCH_LABEL, _preload_content=False, **params
             )
         except ApiException as error:
             headers: Mapping[str, str] = error.headers or {}
-            raise _status_error(error.status, error.body, headers.get("Retry-After")) from error
-        return await _checked(response)
+            raise status_error(error.status, error.body, headers.get("Retry-After")) from error
+        return await checked(response)
 
     async def _list(self, api: Any) -> None:
         response = await self._request(api, _request_timeout=60)
@@ -307,7 +299,7 @@ class SharedPodWatch:
         listed = {item["metadata"]["name"]: item for item in body.get("items") or []}
         for name, pod in listed.items():
             known = self.states.get(name)
-            if known is None or known.deleted or _version(known.pod) != _version(pod):
+            if known is None or known.deleted or resource_version(known.pod) != resource_version(pod):
                 await self._record(name, pod)
         for name, state in list(self.states.items()):
             if name not in listed and not state.deleted:  # gone while we were not watching
@@ -346,7 +338,7 @@ class SharedPodWatch:
     async def _event(self, event: dict[str, Any]) -> None:
         kind, obj = event.get("type"), event.get("object") or {}
         if kind == "ERROR":
-            raise _status_error(obj.get("code", 500), json.dumps(obj), None)
+            raise status_error(obj.get("code", 500), json.dumps(obj), None)
         version = (obj.get("metadata") or {}).get("resourceVersion")
         if kind != "BOOKMARK":
             await self._record(obj["metadata"]["name"], obj, deleted=kind == "DELETED")
@@ -359,9 +351,8 @@ class SharedPodWatch:
 
         with contextlib.suppress(Exception):  # the watch still tells; this only closes a gap
             async with self.connection.hook().get_conn() as api:
-                self.requests += 1
                 try:
-                    response = await _checked(
+                    response = await checked(
                         await CoreV1Api(api).read_namespaced_pod(
                             name, self.namespace, _preload_content=False, _request_timeout=60
                         )
@@ -373,44 +364,3 @@ class SharedPodWatch:
                 pod = json.loads(await response.read())
                 if name not in self.states:
                     await self._record(name, pod)
-
-
-def slim(pod: dict[str, Any]) -> dict[str, Any]:
-    """What tells how a pod ended (status, node, deletion, identity), without its spec and managed fields:
-    kept for 10,000 pods in the triggerer, and carried in events to the worker."""
-    metadata = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    kept = ("name", "namespace", "uid", "labels", "resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds")
-    return {
-        "metadata": {k: metadata[k] for k in kept if k in metadata},
-        "spec": {k: spec[k] for k in ("nodeName", "terminationGracePeriodSeconds") if k in spec},
-        "status": pod.get("status") or {},
-    }
-
-
-async def _checked(response: Any) -> Any:
-    """The response, or its error: without preloading, kubernetes_asyncio does not raise on a status."""
-    if response.status < 400:
-        return response
-    try:
-        body = (await response.read()).decode("utf-8", "replace")
-    finally:
-        response.release()
-    raise _status_error(response.status, body, response.headers.get("Retry-After"))
-
-
-def _version(pod: Mapping[str, Any] | None) -> str | None:
-    return ((pod or {}).get("metadata") or {}).get("resourceVersion")
-
-
-def _status_error(status: int, body: Any, retry_after: Any) -> ApiStatusError:
-    message = str(body)
-    with contextlib.suppress(Exception):
-        parsed = json.loads(body)
-        message = parsed.get("message") or message
-        if retry_after is None:
-            retry_after = (parsed.get("details") or {}).get("retryAfterSeconds")
-    seconds = None
-    with contextlib.suppress(TypeError, ValueError):
-        seconds = float(retry_after) if retry_after is not None else None
-    return ApiStatusError(int(status or 500), message, seconds)

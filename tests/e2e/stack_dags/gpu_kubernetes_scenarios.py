@@ -42,7 +42,7 @@ while state["step"] < 30:
     print("step", state["step"], flush=True)
     here += 1
     while hold and here >= 3 and not os.path.exists(hold):
-        time.sleep(0.05)  # polls for the release file the injector writes; a SIGTERM still ends it here
+        time.sleep(0.05)  # interval of a wait on the release file (observable state)
     # The step's work; 27 steps of 0.25 s after the third leave a loaded machine's injector seconds to act.
     time.sleep(0.25)  # the workload runs for a while; the test waits on its log lines, not on time
 print("result", state["total"], flush=True)

@@ -152,7 +152,7 @@ def test_log_follow_sends_every_line_of_a_burst_once_in_order(core: client.CoreV
     for chunk in response.stream(4096):
         chunks.append(chunk)
         if len(chunks) % 16 == 0:
-            time.sleep(0.01)  # a slow reader: the server's writes wait on it while the container goes on
+            time.sleep(0.01)  # time is under test: a slow reader, the server waits on it
     received = [line.split()[0] for line in b"".join(chunks).decode().splitlines()]
     assert [int(x) for x in received] == list(range(101, 1101))
 
