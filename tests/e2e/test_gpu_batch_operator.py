@@ -144,7 +144,8 @@ def test_past_the_budget_it_moves_to_the_on_demand_queue(scenario_run: ScenarioR
     assert spot["status"] == "FAILED" and spot["statusReason"].startswith("Host EC2")
     assert len(spot["attempts"]) == 2  # max_interruptions=1: Batch made two attempts
     assert on_demand["status"] == "SUCCEEDED" and on_demand["jobQueue"].endswith("/gpu-on-demand")
-    assert spot["jobName"] == on_demand["jobName"] == "train"  # a resubmission keeps the task's job name
+    assert (spot["jobName"], on_demand["jobName"]) == ("train", "train-r1")  # a resubmission is named by its number
+    assert on_demand["tags"] == spot["tags"]  # the task try's identity
     assert len(scenario_run.xcom("gpu_interruptions")) == 2
     assert scenario_run.xcom("gpu_accelerator") == {
         "accelerator": "H100:8",
@@ -152,6 +153,18 @@ def test_past_the_budget_it_moves_to_the_on_demand_queue(scenario_run: ScenarioR
         "location": "gpu-on-demand",
     }
     assert "falling back to on-demand capacity" in scenario_run.log()
+    assert_carried_by_the_trigger(scenario_run, [spot["jobId"]])
+
+
+def assert_carried_by_the_trigger(run: ScenarioRun, replaced: list[str]) -> None:
+    """Deferrable: one deferral, one resume; the triggerer submitted each next job, no worker round trip."""
+    if not run.dag_id.endswith("_deferrable"):
+        return
+    log = run.log()
+    assert log.count("Pausing task as DEFERRED") == 1
+    assert [line.split(" in place of ")[1].split()[0] for line in log.splitlines() if " in place of " in line] == (
+        replaced
+    )
 
 
 def stall_spot(emulator: BatchEmulator) -> None:
@@ -168,6 +181,7 @@ def test_no_capacity_past_the_timeout_cancels_and_goes_on_demand(scenario_run: S
     assert "no capacity" in stuck["statusReason"]
     assert ran["status"] == "SUCCEEDED"
     assert scenario_run.xcom("gpu_accelerator")["capacity"] == "on-demand"
+    assert_carried_by_the_trigger(scenario_run, [stuck["jobId"]])
 
 
 @both_modes("gpu_batch_app_failure")

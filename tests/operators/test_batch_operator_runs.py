@@ -108,7 +108,8 @@ def test_runnable_past_capacity_timeout_without_any_reason_moves_on(aws_default_
         assert "capacity_timeout" in cancelled["statusReason"] and "AWS gave no reason" in cancelled["statusReason"]
     queues = [j["jobQueue"].rsplit("/", 1)[-1] for j in (first, second, third)]
     assert queues == ["gpu-spot", "gpu-spot", "gpu-on-demand"]
-    assert {j["jobName"] for j in (first, second, third)} == {"train-2026-11-23-m2"}
+    name = "train-2026-11-23-m2"
+    assert [j["jobName"] for j in (first, second, third)] == [name, f"{name}-r1", f"{name}-r2"]
     asked = {job.job_id: job.resources()["GPU"] for job in emulator.jobs()}  # what each SubmitJob asked for
     assert [asked[j["jobId"]] for j in (first, second, third)] == [4, 1, 4]  # on-demand starts from the first
     names = [e["name"] for e in third["container"]["environment"] if not e["name"].startswith("AWS_BATCH")]

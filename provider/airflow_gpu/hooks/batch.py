@@ -114,6 +114,20 @@ class GPUBatchHook(BatchClientHook):
                 return {**current, "status": "FAILED", "statusReason": reason}
             time.sleep(min(interval, 2))
 
+    def jobs_named(self, queue: str, name: str) -> list[dict[str, Any]]:
+        """Every job of the queue named ``name`` (a trailing ``*``: named with that prefix), described,
+        in any status: ListJobs with a ``JOB_NAME`` filter ignores ``jobStatus`` (AWS Batch API
+        reference), and its summaries carry no tags, so the jobs are described too."""
+        prefix = name[:-1] if name.endswith("*") else None
+        ids: list[str] = []
+        paginator = self.api.get_paginator("list_jobs")
+        for page in paginator.paginate(jobQueue=queue, filters=[{"name": "JOB_NAME", "values": [name]}]):
+            for summary in page.get("jobSummaryList") or []:
+                listed = str(summary.get("jobName") or "")
+                if listed == name or (prefix is not None and listed.startswith(prefix)):  # the filter ignores case
+                    ids.append(summary["jobId"])
+        return list(self.describe_jobs_batched(ids).values()) if ids else []
+
     def _describe_jobs(self, ids: list[str]) -> list[dict[str, Any]]:
         """One DescribeJobs call, tried again with exponential backoff while Batch throttles it."""
         from botocore.exceptions import ClientError

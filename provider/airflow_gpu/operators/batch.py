@@ -39,6 +39,7 @@ from airflow_gpu.accelerators.spec import Accelerator, parse_candidates
 from airflow_gpu.hooks.batch import GPUBatchHook
 from airflow_gpu.images.selection import resolve_image
 from airflow_gpu.links.profile import GPUProfileLink
+from airflow_gpu.operators import batch_deferral
 from airflow_gpu.operators.gpu_profile import (
     ENV_SPOT_NOTICE,
     check_interval,
@@ -52,6 +53,7 @@ from airflow_gpu.spot import batch as spot_batch
 from airflow_gpu.spot.batch import FINAL, CapacityClock
 from airflow_gpu.spot.policy import Placement, SpotPolicy
 from airflow_gpu.spot.run import SpotRun
+from airflow_gpu.triggers.batch_resubmission import submission_name
 from airflow_gpu.utils.batch_links import earlier_job, persist_job_links, persist_log_link
 from airflow_gpu.utils.batch_logs import AttemptLogs
 from airflow_gpu.utils.results import WorkloadOutput
@@ -156,6 +158,7 @@ class GPUBatchOperator(BatchOperator):
             policy = policy.model_copy(update={"fallback_to_on_demand": False})
         self.spot_run = SpotRun.start(policy, self.candidates, "batch", self.initial_capacity)  # type: ignore[arg-type]
         self._offers: dict[str, QueueOffer] = {}  # queue name -> what it launches, read at execute
+        self._definitions: dict[int, str] = {}  # candidate -> its registered job definition's ARN
         self._logs: AttemptLogs | None = None
         self._context: Context | None = None
         self._killing = False
@@ -179,13 +182,16 @@ class GPUBatchOperator(BatchOperator):
         if self.user_job_definition:
             return str(self.job_definition)  # rendered: job_definition is a template field
         i = self.spot_run.placement.candidate
+        if i in self._definitions:
+            return self._definitions[i]
         retry = spot_batch.retry_strategy(self.spot)
         profiler = bundle.environment() if self.gpu_profile else None  # too big for the overrides
         definition = self._job_definition(
             batch_job.job_definition(self.images[i], self.placements[i], retry, str(self.candidates[i]), profiler)
         )
         name = batch_job.batch_name(context["ti"].dag_id, self.task_id, self.candidates[i].type)
-        return self.gpu_hook.register_job_definition_once(name, definition)
+        self._definitions[i] = self.gpu_hook.register_job_definition_once(name, definition)
+        return self._definitions[i]
 
     def _job_definition(self, definition: dict[str, Any]) -> dict[str, Any]:
         """RegisterJobDefinition's arguments as registered (a multi-node job reshapes them)."""
@@ -199,18 +205,10 @@ class GPUBatchOperator(BatchOperator):
         if placement != self.spot_run.placement:
             self.log.warning("%s is not offered by its queue; using %s", self.accelerator, placement)
             self.spot_run.move_to(placement)
-        args = {
-            **{name: getattr(self, attribute) for name, attribute in batch_job.PASSED_THROUGH.items()},
-            "jobName": batch_job.job_name(str(self.job_name), getattr(context["ti"], "map_index", -1)),
-            "jobQueue": self._queue_for(placement),
-            "jobDefinition": self._definition(context),
-            "tags": {**(self.tags or {}), **batch_job.identity_tags(context["ti"])},
-            "timeout": {"attemptDurationSeconds": self.submit_job_timeout} if self.submit_job_timeout else None,
-            **self._submission_overrides(placement),
-        }
+        args = self.submission_arguments(context, placement)
         self.log.info("Submitting %s on %s to queue %s", args["jobName"], self.accelerator, args["jobQueue"])
         try:
-            self.job_id = self.gpu_hook.api.submit_job(**trim_none_values(args))["jobId"]
+            self.job_id = self.gpu_hook.api.submit_job(**args)["jobId"]
         except Exception as error:
             raise AirflowException(f"AWS Batch refused the job: {error}") from error
         self.spot_run.submitted(str(self.job_id))
@@ -218,6 +216,20 @@ class GPUBatchOperator(BatchOperator):
         context["ti"].xcom_push(key=JOB_ID_XCOM_KEY, value=self.job_id)
         job = self.gpu_hook.describe_job(str(self.job_id), self.poll_interval)
         persist_job_links(context, self, self.gpu_hook, job)
+
+    def submission_arguments(self, context: Context, placement: Placement) -> dict[str, Any]:
+        """SubmitJob's arguments for ``placement`` (the run's current one: the job definition is its
+        candidate's); a deferred task's trigger submits the next jobs from them."""
+        args = {
+            **{name: getattr(self, attribute) for name, attribute in batch_job.PASSED_THROUGH.items()},
+            "jobName": submission_name(batch_deferral.first_job_name(self, context), self.spot_run.submissions),
+            "jobQueue": self._queue_for(placement),
+            "jobDefinition": self._definition(context),
+            "tags": {**(self.tags or {}), **batch_job.identity_tags(context["ti"])},
+            "timeout": {"attemptDurationSeconds": self.submit_job_timeout} if self.submit_job_timeout else None,
+            **self._submission_overrides(placement),
+        }
+        return dict(trim_none_values(args))
 
     def _submission_overrides(self, placement: Placement) -> dict[str, Any]:
         """SubmitJob's overrides: the container's (a multi-node job has its nodes' instead)."""
@@ -407,6 +419,8 @@ class GPUBatchOperator(BatchOperator):
     # --- deferrable -----------------------------------------------------------------------
 
     def _defer(self, context: Context, errors: int = 0) -> None:
+        """Wait in the triggerer, which carries the spot run on (``batch_deferral``): the task comes back
+        for the final job only."""
         from airflow_gpu.triggers.batch import GPUBatchJobTrigger
 
         save_run(context, STATE_KEY, self.spot_run)
@@ -418,6 +432,8 @@ class GPUBatchOperator(BatchOperator):
                 poll_interval=self.poll_interval,
                 capacity_timeout=self.spot.capacity_timeout,
                 deferred_at=time.time(),
+                gpu_spot=batch_deferral.resubmission_plan(self, context),
+                log_lag=self.log_lag if self.awslogs_enabled else None,
             ),
             method_name="resume_after_trigger",
             kwargs={"gpu_state": self.spot_run.to_json(), "errors": errors},
@@ -425,7 +441,8 @@ class GPUBatchOperator(BatchOperator):
         )
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
-        """Airflow's resume; a deferral that timed out (``execution_timeout``) terminates the job first."""
+        """Airflow's resume; a deferral that timed out (``execution_timeout``) terminates the job first,
+        and every replacement the trigger submitted."""
         try:
             return super().resume_execution(next_method, next_kwargs, context)
         except TaskDeferralTimeout:
@@ -434,6 +451,13 @@ class GPUBatchOperator(BatchOperator):
                 saved.get("workload") if saved else context["ti"].xcom_pull(task_ids=self.task_id, key=JOB_ID_XCOM_KEY)
             )
             self.on_kill(spot_batch.KILLED[1])
+            queues = list(self.queues.values()) or [str(self.job_queue)]
+            identity = batch_job.identity_tags(context["ti"])
+            for job in batch_deferral.live_jobs(
+                self.gpu_hook, queues, batch_deferral.first_job_name(self, context), identity
+            ):
+                self.gpu_hook.api.terminate_job(jobId=job["jobId"], reason=spot_batch.KILLED[1])
+                self.log.info("Terminated AWS Batch job %s, which the trigger submitted", job["jobId"])
             raise
 
     def resume_after_trigger(
@@ -444,11 +468,14 @@ class GPUBatchOperator(BatchOperator):
         errors: int = 0,
     ) -> Any:
         """Back from the trigger: re-check the job (it may have started since), then as the sync path."""
+        from airflow_gpu.triggers.batch import STATE_KEY as EVENT_STATE_KEY
+
         self._context = context
-        saved = gpu_state if gpu_state is not None else saved_run(context, STATE_KEY)
+        event = event or {}
+        saved = event.get(EVENT_STATE_KEY) or gpu_state or saved_run(context, STATE_KEY)
         if saved and (ignored := self.spot_run.restore(saved)):  # ``dag.test()``: the store has the state
             self.log.warning("The saved GPU state is ignored: %s", ignored)
-        event = event or {}
+        first = gpu_state.get("workload") if gpu_state else None
         self.job_id = event.get("job_id") or self.spot_run.workload
         if event.get("status") == "error":  # the job runs on: look again, and wait again a few times
             self.log.warning("Waiting for job %s failed: %s", self.job_id, event.get("message"))
@@ -457,6 +484,11 @@ class GPUBatchOperator(BatchOperator):
                     f"waiting for job {self.job_id} failed {errors + 1} times: {event.get('message')}"
                 )
         job = self.gpu_hook.describe_job(str(self.job_id), self.poll_interval)
+        if self.job_id != first:  # the trigger submitted it: the XCom and the links follow the job
+            self.spot_run.submitted(str(self.job_id))
+            save_run(context, STATE_KEY, self.spot_run)
+            context["ti"].xcom_push(key=JOB_ID_XCOM_KEY, value=self.job_id)
+            persist_job_links(context, self, self.gpu_hook, job)
         if event.get("status") == "capacity_timeout" and job["status"] == "RUNNABLE":
             job = self._cancel_for_capacity(job)
         if job["status"] not in FINAL:  # started meanwhile (or the trigger failed): wait for it again

@@ -192,6 +192,20 @@ class SpotRun:
 
     # --- the rules ------------------------------------------------------------------------
 
+    def reachable_placements(self) -> list[Placement]:
+        """Every placement the policy can move this run to, the current one first: each candidate on
+        the requested capacity, and on on-demand where the policy falls back. A trigger that carries
+        the run on is handed the workload of each, built once on the worker."""
+        capacities: list[Capacity | None] = [self.requested_capacity]
+        if self.policy.fallback_to_on_demand and self.requested_capacity is not None:
+            capacities.append("on-demand")
+        found = [self.placement]
+        for candidate in range(len(self.candidates)):
+            for capacity in dict.fromkeys(capacities):
+                if Placement(candidate, capacity) not in found:
+                    found.append(Placement(candidate, capacity))
+        return found
+
     def move_to(self, placement: Placement) -> None:
         """Before a submission: the operator found the placement's candidate is not offered."""
         if placement.capacity != self.placement.capacity:

@@ -15,16 +15,22 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from functools import partial
 from typing import Any, ClassVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_gpu.spot.batch import FINAL, KILLED, CapacityClock
+from airflow_gpu.spot.batch import FINAL, KILLED, CapacityClock, capacity_cancel_reason
+from airflow_gpu.triggers.batch_resubmission import DUPLICATE_REASON, BatchResubmission
 from airflow_gpu.triggers.resume_dwell import dwell
 
 #: Polling rounds a job may be missing from DescribeJobs before the trigger gives up on it.
 MISSING_ROUNDS = 5
+#: Polling rounds after a resubmission in which a racing trigger's duplicate job is looked for.
+CONVERGE_ROUNDS = 3
+#: Event key carrying the spot run's state to the worker, when the trigger carried the run on.
+STATE_KEY = "gpu_state"
 
 
 class SharedJobPoller:
@@ -86,7 +92,13 @@ class SharedJobPoller:
 
 
 class GPUBatchJobTrigger(BaseTrigger):
-    """Fires ``{"status": "done" | "capacity_timeout" | "error", "job_id": ...}`` for one Batch job."""
+    """Fires ``{"status": "done" | "capacity_timeout" | "error", "job_id": ...}`` for one Batch job.
+
+    With ``gpu_spot`` (the operator's ``batch_deferral.resubmission_plan``) it carries the spot run
+    on itself: a reclaimed job, or one RUNNABLE past ``capacity_timeout`` (cancelled here), is
+    followed by the next job, submitted from here (``batch_resubmission``), and the event is the
+    final job's, with the run's state under ``gpu_state``.
+    """
 
     def __init__(
         self,
@@ -97,11 +109,18 @@ class GPUBatchJobTrigger(BaseTrigger):
         capacity_timeout: float | None = None,
         max_errors: int = 5,
         deferred_at: float | None = None,
+        gpu_spot: dict[str, Any] | None = None,
+        log_lag: float | None = None,
     ) -> None:
         super().__init__()
         self.deferred_at = deferred_at  # epoch seconds; no event before RESUME_DWELL_SECONDS after it
         self.job_id, self.aws_conn_id, self.region_name = job_id, aws_conn_id, region_name
         self.poll_interval, self.capacity_timeout, self.max_errors = poll_interval, capacity_timeout, max_errors
+        self.gpu_spot = gpu_spot
+        #: With a number: an interrupted job's log is printed into the trigger log that long after it ended.
+        self.log_lag = log_lag
+        self._converge_rounds = 0  # polling rounds left in which a racing trigger's duplicate is looked for
+        self._printing: list[asyncio.Task[None]] = []
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -114,21 +133,53 @@ class GPUBatchJobTrigger(BaseTrigger):
                 "capacity_timeout": self.capacity_timeout,
                 "max_errors": self.max_errors,
                 "deferred_at": self.deferred_at,
+                "gpu_spot": self.gpu_spot,
+                "log_lag": self.log_lag,
             },
         )
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        async for event in self._events():
-            await dwell(self.deferred_at)  # apache/airflow#72716: see resume_dwell
-            yield event
-            return
+    def _hook(self) -> Any:
+        from airflow_gpu.hooks.batch import GPUBatchHook
 
-    async def _events(self) -> AsyncIterator[TriggerEvent]:
+        return GPUBatchHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        resubmission = BatchResubmission.from_argument(self.gpu_spot) if self.gpu_spot is not None else None
+        try:
+            while True:
+                payload: dict[str, Any] = {}
+                async for event in self._events(resubmission is not None):
+                    payload = dict(event.payload)
+                if resubmission is not None and payload.get("status") == "done":
+                    before, ended = resubmission.run.to_json(), payload.pop("job")
+                    try:
+                        if await self._resubmitted(resubmission, ended):
+                            continue
+                    except Exception as error:  # the worker submits it: the run goes on, one round trip more
+                        self.log.exception("Could not submit the job after %s; the task resumes to do it", self.job_id)
+                        resubmission.run.restore(before)
+                        self.job_id = payload["job_id"] = str(ended["jobId"])
+                        payload["message"] = f"the trigger could not submit the next job: {error}"
+                    payload[STATE_KEY] = resubmission.run.to_json()
+                payload.pop("job", None)
+                await asyncio.gather(*self._printing)  # the interrupted jobs' logs, before the task resumes
+                await dwell(self.deferred_at)  # apache/airflow#72716: see resume_dwell
+                yield TriggerEvent(payload)
+                return
+        finally:
+            for printing in self._printing:
+                printing.cancel()
+
+    async def _events(self, carry_on: bool) -> AsyncIterator[TriggerEvent]:
+        """The current job's end; carrying the run on, a capacity timeout cancels the job here."""
         poller = SharedJobPoller.get(self.aws_conn_id, self.region_name, float(self.poll_interval))
         clock = CapacityClock(self.capacity_timeout) if self.capacity_timeout is not None else None
         errors = missing = 0
         while True:
             try:
+                if self._converge_rounds > 0:
+                    self._converge_rounds -= 1
+                    await asyncio.to_thread(self._converge)
                 job = await poller.next_description(self.job_id)
             except Exception as error:
                 errors += 1
@@ -146,19 +197,104 @@ class GPUBatchJobTrigger(BaseTrigger):
                 continue
             missing = 0
             if job["status"] in FINAL:
-                yield TriggerEvent({"status": "done", "job_id": self.job_id, "job_status": job["status"]})
+                yield TriggerEvent({"status": "done", "job_id": self.job_id, "job_status": job["status"], "job": job})
                 return
             if clock is not None and clock.expired(job["status"], time.monotonic()):
+                if carry_on:
+                    job = await asyncio.to_thread(self._cancel_for_capacity, job)
+                    if job["status"] in FINAL:
+                        yield TriggerEvent(
+                            {"status": "done", "job_id": self.job_id, "job_status": job["status"], "job": job}
+                        )
+                        return
+                    continue  # it started meanwhile: follow it
                 yield TriggerEvent(
                     {"status": "capacity_timeout", "job_id": self.job_id, "reason": job.get("statusReason")}
                 )
                 return
 
+    # --- carrying the spot run on ---------------------------------------------------------
+
+    async def _resubmitted(self, resubmission: BatchResubmission, job: dict[str, Any]) -> bool:
+        """True when the job's end was an interruption the policy rides out here, and the next job exists."""
+        decided = resubmission.decide(job)
+        if decided is None:
+            return False
+        _, decision = decided
+        ended = str(job["jobId"])
+        for record in resubmission.run.recorded:
+            self.log.warning(
+                "GPU interruption %d: %s (%s) on job %s", len(resubmission.run.interruptions), record["outcome"],
+                record["reason"], ended,
+            )  # fmt: skip
+        self.log.warning("AWS Batch job %s ended: %s", ended, decision.message)
+        args = resubmission.submission(resubmission.next_name())
+        self.job_id, adopted = await asyncio.to_thread(self._submit_once, resubmission, args)
+        resubmission.run.submitted(self.job_id)
+        self._converge_rounds = CONVERGE_ROUNDS
+        self.log.info(
+            "%s job %s (%s) on %s (%s capacity) in queue %s, in place of %s",
+            "Following the existing" if adopted else "Submitted", args["jobName"], self.job_id,
+            resubmission.run.accelerator, resubmission.run.capacity, args["jobQueue"], ended,
+        )  # fmt: skip
+        self._resubmission, self._submitted = resubmission, (args["jobQueue"], args["jobName"])
+        if self.log_lag is not None:
+            self._printing.append(asyncio.create_task(self._print_log(job, self.log_lag)))
+        return True
+
+    _resubmission: BatchResubmission | None = None
+    _submitted: tuple[str, str] | None = None  # the queue and name of the last job submitted here
+
+    def _submit_once(self, resubmission: BatchResubmission, args: dict[str, Any]) -> tuple[str, bool]:
+        """The job of this name and task try: the one already submitted (a replay), else a new one."""
+        hook = self._hook()
+        kept = resubmission.keep(hook.jobs_named(args["jobQueue"], args["jobName"]))
+        if kept is not None:
+            return str(kept["jobId"]), True
+        return str(hook.api.submit_job(**args)["jobId"]), False
+
+    def _converge(self) -> None:
+        """A trigger racing this one (apache/airflow#37180) may have submitted the same job: both keep
+        the oldest of this task try's jobs of the name, and the others are cancelled before they run."""
+        resubmission, submitted = self._resubmission, self._submitted
+        if resubmission is None or submitted is None:
+            return
+        hook = self._hook()
+        jobs = hook.jobs_named(*submitted)
+        kept = resubmission.keep(jobs)
+        if kept is None:
+            return
+        for job in jobs:
+            if job["jobId"] != kept["jobId"] and resubmission.same_task_try(job) and job["status"] not in FINAL:
+                self.log.warning("Cancelling job %s: %s is this task try's", job["jobId"], kept["jobId"])
+                hook.api.terminate_job(jobId=job["jobId"], reason=DUPLICATE_REASON)
+        if kept["jobId"] != self.job_id:
+            self.log.warning("Following job %s, submitted first, instead of %s", kept["jobId"], self.job_id)
+            self.job_id = str(kept["jobId"])
+            resubmission.run.submitted(self.job_id)
+
+    def _cancel_for_capacity(self, job: dict[str, Any]) -> dict[str, Any]:
+        reason = capacity_cancel_reason(job, float(self.capacity_timeout or 0))
+        return dict(self._hook().cancel_runnable(str(job["jobId"]), reason, float(self.poll_interval)))
+
+    async def _print_log(self, job: dict[str, Any], lag: float) -> None:
+        """What an interrupted job printed (its last checkpoint, the SIGTERM) into the task's trigger log,
+        once CloudWatch has had ``lag`` seconds to take its last lines in."""
+        from airflow_gpu.utils.batch_logs import AttemptLogs
+
+        await asyncio.sleep(lag)
+        logs = AttemptLogs(self.aws_conn_id, self.region_name, timedelta(seconds=1), self.log, lag)
+        try:
+            await asyncio.to_thread(logs.print_all, job)
+        except Exception as error:  # the run goes on without it
+            self.log.info("The log of job %s could not be read (%s: %s)", job["jobId"], type(error).__name__, error)
+
     async def on_kill(self) -> None:
         """ "Mark Failed" on a deferred task (Airflow 3.3+): terminate the job, or it runs on, billed.
 
-        Building the client reads the connection and credentials: all of it runs in a thread, so the
-        triggerer's event loop, shared by every deferred task, never blocks on it.
+        It is the job this trigger follows now (a replacement it submitted, maybe). Building the
+        client reads the connection and credentials: all of it runs in a thread, so the triggerer's
+        event loop, shared by every deferred task, never blocks on it.
         """
         try:
             await asyncio.to_thread(partial(self._terminate, KILLED[0]))
@@ -167,8 +303,4 @@ class GPUBatchJobTrigger(BaseTrigger):
             self.log.exception("Could not terminate AWS Batch job %s", self.job_id)
 
     def _terminate(self, reason: str) -> None:
-        from airflow_gpu.hooks.batch import GPUBatchHook
-
-        GPUBatchHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name).api.terminate_job(
-            jobId=self.job_id, reason=reason
-        )
+        self._hook().api.terminate_job(jobId=self.job_id, reason=reason)

@@ -1,0 +1,201 @@
+"""A deferred ``GPUBatchOperator`` whose trigger carries the spot run on, against the AWS Batch emulator.
+
+The operator defers as on a worker; the trigger runs in an event loop of this process as the
+triggerer runs it, rebuilt from its serialized arguments (as Airflow stores and loads it), with
+``deferred_at`` dropped so that the resume dwell (``resume_dwell``, an Airflow race that needs a
+scheduler) does not slow the tests. ``Ti`` and ``Store`` stand in for Airflow's task instance and
+task state store (see ``test_batch_operator_runs``); the end-to-end tests run these paths through
+a real Airflow. Every expectation is taken over the emulator's whole record of submitted jobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import TaskDeferred
+
+from airflow_gpu.operators.batch import STATE_KEY, GPUBatchOperator
+from airflow_gpu.spot.batch import CAPACITY_CANCEL_PREFIX, KILLED
+from airflow_gpu.testing.batch.emulator import BatchEmulator
+from airflow_gpu.testing.polling import wait_for
+from airflow_gpu.triggers.batch import GPUBatchJobTrigger
+from tests.operators.test_batch_operator_runs import RESULT, Store, Ti, described
+
+pytestmark = pytest.mark.slow
+QUEUES = {"spot": "gpu-spot", "on-demand": "gpu-on-demand"}
+#: Runs long enough to be reclaimed, then prints the result.
+SLOW_RESULT = [sys.executable, "-c", f"import time; time.sleep(4); {RESULT}"]
+
+
+def operator(**kwargs: Any) -> GPUBatchOperator:
+    kwargs.setdefault("accelerator", "A10G:1")
+    kwargs.setdefault("command", SLOW_RESULT)
+    spot = {"capacity_timeout": 60.0, "max_interruptions": 0, **kwargs.pop("spot", {})}
+    return GPUBatchOperator(
+        task_id="train", job_queues=QUEUES, poll_interval=0.2, awslogs_fetch_interval=0.5, log_lag=3,
+        spot=spot, deferrable=True, **kwargs,
+    )  # fmt: skip
+
+
+def trigger_of(deferred: TaskDeferred) -> GPUBatchJobTrigger:
+    """The trigger as the triggerer loads it: from what Airflow stored."""
+    _, kwargs = deferred.trigger.serialize()
+    return GPUBatchJobTrigger(**{**kwargs, "deferred_at": None})
+
+
+async def first_event(trigger: GPUBatchJobTrigger) -> dict[str, Any]:
+    async for event in trigger.run():
+        return dict(event.payload)
+    raise AssertionError("the trigger ended without an event")
+
+
+def defer(context: dict[str, Any], **kwargs: Any) -> TaskDeferred:
+    with pytest.raises(TaskDeferred) as deferred:
+        operator(**kwargs).execute(context)  # type: ignore[arg-type]
+    return deferred.value
+
+
+def resume(deferred: TaskDeferred, event: dict[str, Any], context: dict[str, Any], **kwargs: Any) -> Any:
+    """Airflow's resume on a fresh worker process (a new operator object)."""
+    return operator(**kwargs).resume_execution(
+        deferred.method_name, {**(deferred.kwargs or {}), "event": event}, context
+    )  # type: ignore[arg-type]
+
+
+def reclaim_when_running(emulator: BatchEmulator, name: str) -> threading.Thread:
+    """A spot reclaim of the job named ``name`` once it runs, from outside the event loop."""
+
+    def reclaim() -> None:
+        def running() -> dict[str, Any] | None:
+            return next((j for j in described(emulator) if j["jobName"] == name and j["status"] == "RUNNING"), None)
+
+        job = wait_for(running, 60, f"{name} to run")
+        emulator.reclaim(job["jobId"])
+
+    thread = threading.Thread(target=reclaim, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_reclaim_past_the_spot_budget_is_resubmitted_on_demand_by_the_trigger(
+    aws_default_connection: BatchEmulator,
+) -> None:
+    """One deferral, one resume: the trigger submits the on-demand job itself, and the task comes back
+    for its result only, with the interruption recorded once."""
+    emulator, ti, store = aws_default_connection, Ti(), Store()
+    context = {"ti": ti, "task_state_store": store}
+    deferred = defer(context)
+    reclaim_when_running(emulator, "train")
+    event = asyncio.run(first_event(trigger_of(deferred)))
+    assert event["status"] == "done" and event["job_status"] == "SUCCEEDED"
+    assert resume(deferred, event, context) == {"loss": 0.25}  # no second deferral: nothing left to wait for
+    jobs = described(emulator)
+    assert [(j["jobName"], j["jobQueue"].rsplit("/", 1)[-1], j["status"]) for j in jobs] == [
+        ("train", "gpu-spot", "FAILED"),
+        ("train-r1", "gpu-on-demand", "SUCCEEDED"),
+    ]
+    assert jobs[1]["createdAt"] >= jobs[0]["stoppedAt"]  # never two jobs of the try at once
+    assert jobs[1]["tags"] == jobs[0]["tags"]  # the task try's identity: a retry can find it
+    environment = {e["name"]: e["value"] for e in jobs[1]["container"]["environment"]}
+    assert environment["AIRFLOW_GPU_ATTEMPT"] == "2" and environment["AIRFLOW_GPU_CAPACITY"] == "on-demand"
+    assert event["job_id"] == jobs[1]["jobId"] == ti.xcom["batch_job_id"]
+    [interruption] = ti.xcom["gpu_interruptions"]
+    assert interruption["workload"] == jobs[0]["jobId"] and interruption["outcome"] == "preempted"
+    assert ti.xcom["batch_job_details"]["job_id"] == jobs[1]["jobId"]
+    assert store[STATE_KEY]["open"] is False and store[STATE_KEY]["run"]["workload"] == jobs[1]["jobId"]
+
+
+def test_a_restarted_trigger_follows_the_job_it_submitted_and_on_kill_stops_that_one(
+    aws_default_connection: BatchEmulator,
+) -> None:
+    """A triggerer restart replays the trigger from its first arguments: the replacement it submitted
+    before is found by name and task try (SubmitJob has no idempotency token), never submitted twice.
+    Mark Failed then terminates the replacement, the job the trigger follows now."""
+    emulator, context = aws_default_connection, {"ti": Ti(), "task_state_store": Store()}
+    slow = [sys.executable, "-c", "import time; time.sleep(60)"]
+    deferred = defer(context, command=slow)
+    reclaim_when_running(emulator, "train")
+
+    async def until_replaced_then_restart() -> dict[str, Any]:
+        first = asyncio.create_task(first_event(trigger_of(deferred)))
+        await asyncio.to_thread(wait_for, lambda: len(described(emulator)) == 2, 60, "the replacement")
+        first.cancel()  # the triggerer dies
+        replay = trigger_of(deferred)
+        again = asyncio.create_task(first_event(replay))
+        await asyncio.to_thread(
+            wait_for, lambda: replay.job_id != deferred.trigger.serialize()[1]["job_id"], 60, "the replay to follow it"
+        )
+        await replay.on_kill()  # Mark Failed while deferred (Airflow 3.3)
+        return await asyncio.wait_for(again, 60)
+
+    event = asyncio.run(until_replaced_then_restart())
+    jobs = described(emulator)
+    assert [j["jobName"] for j in jobs] == ["train", "train-r1"]
+    assert event["job_id"] == jobs[1]["jobId"] and jobs[1]["statusReason"] == KILLED[0]
+    assert len(event["gpu_state"]["interruptions"]) == 1
+
+
+def test_capacity_timeout_cancels_and_moves_on_from_the_trigger(aws_default_connection: BatchEmulator) -> None:
+    emulator, ti = aws_default_connection, Ti()
+    context = {"ti": ti, "task_state_store": Store()}
+    emulator.stall("gpu-spot-ce")
+    deferred = defer(context, command=[sys.executable, "-c", RESULT], spot={"capacity_timeout": 1.0})
+    event = asyncio.run(first_event(trigger_of(deferred)))
+    assert resume(deferred, event, context, spot={"capacity_timeout": 1.0}) == {"loss": 0.25}
+    first, second = described(emulator)
+    assert first["statusReason"].startswith(CAPACITY_CANCEL_PREFIX) and not first.get("attempts")
+    assert second["jobName"] == "train-r1" and second["jobQueue"].endswith("/gpu-on-demand")
+    assert [i["outcome"] for i in ti.xcom["gpu_interruptions"]] == []  # no capacity is no interruption
+
+
+def test_a_deferral_past_execution_timeout_terminates_the_replacement_too(
+    aws_default_connection: BatchEmulator,
+) -> None:
+    """The worker that fails a timed-out deferral knows only the first job from its state: the
+    replacements the trigger submitted are found by name and identity tags and terminated."""
+    from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
+    from airflow.sdk.exceptions import TaskDeferralTimeout
+
+    emulator, context = aws_default_connection, {"ti": Ti(), "task_state_store": Store()}
+    slow = [sys.executable, "-c", "import time; time.sleep(60)"]
+    deferred = defer(context, command=slow)
+    reclaim_when_running(emulator, "train")
+
+    async def until_replaced() -> None:
+        task = asyncio.create_task(first_event(trigger_of(deferred)))
+        await asyncio.to_thread(wait_for, lambda: len(described(emulator)) == 2, 60, "the replacement")
+        task.cancel()  # Airflow drops a timed-out trigger without on_kill
+
+    asyncio.run(until_replaced())
+    failure = {"error": TriggerFailureReason.TRIGGER_TIMEOUT}
+    with pytest.raises(TaskDeferralTimeout):
+        operator(command=slow).resume_execution(TRIGGER_FAIL_REPR, failure, context)  # type: ignore[arg-type]
+    replacement = wait_for(lambda: (j := described(emulator)[1])["status"] == "FAILED" and j, 60, "the stop")
+    assert replacement["jobName"] == "train-r1" and replacement["statusReason"] == KILLED[1]
+
+
+def test_racing_triggers_keep_the_oldest_job_and_cancel_the_other(aws_default_connection: BatchEmulator) -> None:
+    """Two triggerers running the same trigger (apache/airflow#37180) inside ListJobs' consistency
+    window both submit: each then keeps the older job of the task try, and the other is cancelled."""
+    emulator, context = aws_default_connection, {"ti": Ti(), "task_state_store": Store()}
+    slow = [sys.executable, "-c", "import time; time.sleep(60)"]
+    deferred = defer(context, command=slow)
+    plan = deferred.trigger.serialize()[1]["gpu_spot"]
+    batch = emulator.client("batch")
+    arguments = {**plan["submissions"]["0/on-demand"], "jobName": "train-r1"}
+    older, newer = (batch.submit_job(**arguments)["jobId"] for _ in range(2))
+    other_try = batch.submit_job(**{**arguments, "tags": {**arguments["tags"], "airflow-gpu/try": "2"}})["jobId"]
+    racer = trigger_of(deferred)
+    from airflow_gpu.triggers.batch_resubmission import BatchResubmission
+
+    racer.job_id, racer._resubmission = newer, BatchResubmission.from_argument(plan)
+    racer._submitted = ("gpu-on-demand", "train-r1")
+    racer._converge()
+    assert racer.job_id == older
+    states = {j["jobId"]: j for j in described(emulator)}
+    wait_for(lambda: emulator._job(newer).status == "FAILED", 60, "the duplicate to stop")
+    assert emulator._job(older).status != "FAILED" and states[other_try]["status"] != "FAILED"
