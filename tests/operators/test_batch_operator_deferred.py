@@ -11,6 +11,7 @@ a real Airflow. Every expectation is taken over the emulator's whole record of s
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import threading
 from typing import Any
@@ -20,6 +21,7 @@ from airflow.sdk.exceptions import TaskDeferred
 
 from airflow_gpu.operators.batch import STATE_KEY, GPUBatchOperator
 from airflow_gpu.spot.batch import CAPACITY_CANCEL_PREFIX, KILLED
+from airflow_gpu.testing.batch.compute import LOG_GROUP
 from airflow_gpu.testing.batch.emulator import BatchEmulator
 from airflow_gpu.testing.polling import wait_for
 from airflow_gpu.triggers.batch import GPUBatchJobTrigger
@@ -28,7 +30,25 @@ from tests.operators.test_batch_operator_runs import RESULT, Store, Ti, describe
 pytestmark = pytest.mark.slow
 QUEUES = {"spot": "gpu-spot", "on-demand": "gpu-on-demand"}
 #: Runs long enough to be reclaimed, then prints the result.
-SLOW_RESULT = [sys.executable, "-c", f"import time; time.sleep(4); {RESULT}"]
+SLOW_RESULT = [sys.executable, "-c", f"import time; print('checkpoint 1', flush=True); time.sleep(6); {RESULT}"]
+
+
+@pytest.fixture(autouse=True)
+def connections_read_in_the_event_loop_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a triggerer a connection comes from the supervisor; Airflow 3.2 breaks its channel when a
+    thread asks while the event loop does ("Response read out of order"), killing every trigger.
+    The triggers read connections in the loop (``GPUBatchHook.for_trigger``): a read from any other
+    thread while a trigger runs fails the test (the worker's own log threads may read theirs)."""
+    from airflow.sdk.definitions.connection import Connection
+
+    get = Connection.get.__func__  # type: ignore[attr-defined]
+
+    def main_thread_only(cls: type, conn_id: str) -> Any:
+        if TRIGGERS_RUNNING and threading.current_thread() is not threading.main_thread():
+            raise AssertionError(f"connection {conn_id} read from thread {threading.current_thread().name}")
+        return get(cls, conn_id)
+
+    monkeypatch.setattr(Connection, "get", classmethod(main_thread_only))
 
 
 def operator(**kwargs: Any) -> GPUBatchOperator:
@@ -41,15 +61,38 @@ def operator(**kwargs: Any) -> GPUBatchOperator:
     )  # fmt: skip
 
 
+class TriggerLog(logging.Handler):
+    """What the triggers wrote to their log (the task's log, in a triggerer)."""
+
+    lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
 def trigger_of(deferred: TaskDeferred) -> GPUBatchJobTrigger:
-    """The trigger as the triggerer loads it: from what Airflow stored."""
+    """The trigger as the triggerer loads it: from what Airflow stored; its log to ``TriggerLog``."""
     _, kwargs = deferred.trigger.serialize()
-    return GPUBatchJobTrigger(**{**kwargs, "deferred_at": None})
+    trigger = GPUBatchJobTrigger(**{**kwargs, "deferred_at": None})
+    logger = logging.getLogger("tests.trigger")
+    logger.setLevel(logging.INFO)
+    if not logger.handlers:
+        logger.addHandler(TriggerLog())
+    trigger._log = logger
+    return trigger
+
+
+#: Triggers running now (``first_event``); the worker side runs only while none does.
+TRIGGERS_RUNNING: list[GPUBatchJobTrigger] = []
 
 
 async def first_event(trigger: GPUBatchJobTrigger) -> dict[str, Any]:
-    async for event in trigger.run():
-        return dict(event.payload)
+    TRIGGERS_RUNNING.append(trigger)
+    try:
+        async for event in trigger.run():
+            return dict(event.payload)
+    finally:
+        TRIGGERS_RUNNING.remove(trigger)
     raise AssertionError("the trigger ended without an event")
 
 
@@ -66,13 +109,23 @@ def resume(deferred: TaskDeferred, event: dict[str, Any], context: dict[str, Any
     )  # type: ignore[arg-type]
 
 
-def reclaim_when_running(emulator: BatchEmulator, name: str) -> threading.Thread:
-    """A spot reclaim of the job named ``name`` once it runs, from outside the event loop."""
+def reclaim_when_running(emulator: BatchEmulator, name: str, after_line: str | None = None) -> threading.Thread:
+    """A spot reclaim of the job named ``name`` once it runs (and its log stream has ``after_line``),
+    from outside the event loop."""
+
+    def running() -> dict[str, Any] | None:
+        job = next((j for j in described(emulator) if j["jobName"] == name and j["status"] == "RUNNING"), None)
+        if job is None or after_line is None:
+            return job
+        stream = job["container"].get("logStreamName")
+        logs = emulator.client("logs")
+        try:
+            events = logs.get_log_events(logGroupName=LOG_GROUP, logStreamName=stream, startFromHead=True)["events"]
+        except logs.exceptions.ResourceNotFoundException:
+            return None
+        return job if any(e["message"] == after_line for e in events) else None
 
     def reclaim() -> None:
-        def running() -> dict[str, Any] | None:
-            return next((j for j in described(emulator) if j["jobName"] == name and j["status"] == "RUNNING"), None)
-
         job = wait_for(running, 60, f"{name} to run")
         emulator.reclaim(job["jobId"])
 
@@ -85,11 +138,11 @@ def test_a_reclaim_past_the_spot_budget_is_resubmitted_on_demand_by_the_trigger(
     aws_default_connection: BatchEmulator,
 ) -> None:
     """One deferral, one resume: the trigger submits the on-demand job itself, and the task comes back
-    for its result only, with the interruption recorded once."""
+    for its result only, with the interruption recorded once and the reclaimed job's output logged."""
     emulator, ti, store = aws_default_connection, Ti(), Store()
     context = {"ti": ti, "task_state_store": store}
     deferred = defer(context)
-    reclaim_when_running(emulator, "train")
+    reclaim_when_running(emulator, "train", after_line="checkpoint 1")
     event = asyncio.run(first_event(trigger_of(deferred)))
     assert event["status"] == "done" and event["job_status"] == "SUCCEEDED"
     assert resume(deferred, event, context) == {"loss": 0.25}  # no second deferral: nothing left to wait for
@@ -107,6 +160,7 @@ def test_a_reclaim_past_the_spot_budget_is_resubmitted_on_demand_by_the_trigger(
     assert interruption["workload"] == jobs[0]["jobId"] and interruption["outcome"] == "preempted"
     assert ti.xcom["batch_job_details"]["job_id"] == jobs[1]["jobId"]
     assert store[STATE_KEY]["open"] is False and store[STATE_KEY]["run"]["workload"] == jobs[1]["jobId"]
+    assert f"[{jobs[0]['jobId']}] checkpoint 1" in TriggerLog.lines  # the trigger wrote the reclaimed job's log
 
 
 def test_a_restarted_trigger_follows_the_job_it_submitted_and_on_kill_stops_that_one(
@@ -194,7 +248,7 @@ def test_racing_triggers_keep_the_oldest_job_and_cancel_the_other(aws_default_co
 
     racer.job_id, racer._resubmission = newer, BatchResubmission.from_argument(plan)
     racer._submitted = ("gpu-on-demand", "train-r1")
-    racer._converge()
+    racer._converge(asyncio.run(racer._hook()))
     assert racer.job_id == older
     states = {j["jobId"]: j for j in described(emulator)}
     wait_for(lambda: emulator._job(newer).status == "FAILED", 60, "the duplicate to stop")

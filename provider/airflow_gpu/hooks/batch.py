@@ -30,6 +30,7 @@ from airflow_gpu.utils.results import RESULT_MARKER, WorkloadOutput, read_output
 
 __all__ = ["DEFAULT_LOG_GROUP", "SPEC_HASH_TAG", "GPUBatchHook", "QueueOffer", "definition_hash"]
 
+_MISSING = object()
 #: Tag on a job definition revision: the hash of what was registered.
 SPEC_HASH_TAG = "airflow-gpu/spec-hash"
 DESCRIBE_JOBS_LIMIT = 100
@@ -49,6 +50,39 @@ def definition_hash(definition: Mapping[str, Any]) -> str:
 
 class GPUBatchHook(BatchClientHook):
     """``BatchClientHook`` with idempotent job definitions, batched describes and GPU queue offers."""
+
+    #: The connection read in the triggerer's event loop (``for_trigger``); ``_MISSING``: there is none.
+    _prefetched: Any = None
+
+    @classmethod
+    async def for_trigger(cls, aws_conn_id: str | None, region_name: str | None) -> GPUBatchHook:
+        """A hook for a trigger's worker threads, its connection already read in the event loop.
+
+        A trigger calls the (blocking) boto3 client from threads, and the hook reads its connection
+        on first use. In a triggerer a connection is fetched from the supervisor: in Airflow 3.2
+        a fetch from a thread races the event loop's own requests on that channel and kills the
+        trigger runner ("Response read out of order"); 3.3 routes them through the loop. Reading it
+        here, with ``aget_connection`` in the loop, keeps the threads off that channel on both.
+        """
+        hook = cls(aws_conn_id=aws_conn_id, region_name=region_name)
+        if aws_conn_id:
+            from airflow.sdk.exceptions import AirflowNotFoundException
+
+            try:
+                hook._prefetched = await cls.aget_connection(aws_conn_id)
+            except AirflowNotFoundException:
+                hook._prefetched = _MISSING  # boto3's own credential chain, as the hook does without one
+        return hook
+
+    def get_connection(self, conn_id: str) -> Any:  # type: ignore[override]
+        """The prefetched connection (``for_trigger``), else Airflow's."""
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        if self._prefetched is _MISSING:
+            raise AirflowNotFoundException(f"The conn_id `{conn_id}` isn't defined")
+        if self._prefetched is not None and self._prefetched.conn_id == conn_id:
+            return self._prefetched
+        return super().get_connection(conn_id)
 
     @property
     def api(self) -> Any:
@@ -181,6 +215,38 @@ class GPUBatchHook(BatchClientHook):
         streams = [(a.get("container") or {}).get("logStreamName") for a in job.get("attempts") or []]
         streams.append((job.get("container") or {}).get("logStreamName"))
         return [s for s in dict.fromkeys(streams) if s]
+
+    def attempt_lines(self, job: Mapping[str, Any], limit: int = 10_000) -> list[str]:
+        """Every attempt's log lines, oldest attempt first (the last ``limit`` of each), read with this
+        hook's credentials: a trigger's hook has its connection already (``for_trigger``)."""
+        group = self.log_group(job)
+        if group is None:
+            return []
+        options = ((job.get("container") or {}).get("logConfiguration") or {}).get("options") or {}
+        session = self.get_session(region_name=options.get("awslogs-region") or self.conn_region_name)
+        logs = session.client(
+            "logs",
+            endpoint_url=self.conn_config.get_service_endpoint_url("logs"),
+            config=self.config,
+            verify=self.verify,
+        )
+        lines: list[str] = []
+        for stream in self.attempt_streams(job):
+            read: list[str] = []
+            token: str | None = None
+            while True:  # oldest first; the same token back means the end of the stream
+                page = logs.get_log_events(
+                    logGroupName=group,
+                    logStreamName=stream,
+                    startFromHead=True,
+                    **({"nextToken": token} if token else {}),
+                )
+                read = (read + [line for e in page["events"] for line in str(e["message"]).splitlines()])[-limit:]
+                if not page["events"] or page.get("nextForwardToken") in (None, token):
+                    break
+                token = page["nextForwardToken"]
+            lines += read
+        return lines
 
     def read_output(
         self, job: Mapping[str, Any], wait: float, *, result: bool = True, profile: bool = False, poll: float = 1.0

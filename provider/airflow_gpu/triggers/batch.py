@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from datetime import timedelta
 from functools import partial
 from typing import Any, ClassVar
 
@@ -69,7 +68,7 @@ class SharedJobPoller:
     async def _loop(self) -> None:
         from airflow_gpu.hooks.batch import GPUBatchHook
 
-        hook = GPUBatchHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name)
+        hook = await GPUBatchHook.for_trigger(self.aws_conn_id, self.region_name)
         while self.waiting:
             await asyncio.sleep(self.interval)
             batch = {job_id: futures for job_id, futures in self.waiting.items() if futures}
@@ -138,10 +137,11 @@ class GPUBatchJobTrigger(BaseTrigger):
             },
         )
 
-    def _hook(self) -> Any:
+    async def _hook(self) -> Any:
+        """The Batch hook for calls in a thread, its connection read here in the loop (``for_trigger``)."""
         from airflow_gpu.hooks.batch import GPUBatchHook
 
-        return GPUBatchHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name)
+        return await GPUBatchHook.for_trigger(self.aws_conn_id, self.region_name)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         resubmission = BatchResubmission.from_argument(self.gpu_spot) if self.gpu_spot is not None else None
@@ -179,7 +179,7 @@ class GPUBatchJobTrigger(BaseTrigger):
             try:
                 if self._converge_rounds > 0:
                     self._converge_rounds -= 1
-                    await asyncio.to_thread(self._converge)
+                    await asyncio.to_thread(self._converge, await self._hook())
                 job = await poller.next_description(self.job_id)
             except Exception as error:
                 errors += 1
@@ -201,7 +201,7 @@ class GPUBatchJobTrigger(BaseTrigger):
                 return
             if clock is not None and clock.expired(job["status"], time.monotonic()):
                 if carry_on:
-                    job = await asyncio.to_thread(self._cancel_for_capacity, job)
+                    job = await asyncio.to_thread(self._cancel_for_capacity, await self._hook(), job)
                     if job["status"] in FINAL:
                         yield TriggerEvent(
                             {"status": "done", "job_id": self.job_id, "job_status": job["status"], "job": job}
@@ -229,7 +229,7 @@ class GPUBatchJobTrigger(BaseTrigger):
             )  # fmt: skip
         self.log.warning("AWS Batch job %s ended: %s", ended, decision.message)
         args = resubmission.submission(resubmission.next_name())
-        self.job_id, adopted = await asyncio.to_thread(self._submit_once, resubmission, args)
+        self.job_id, adopted = await asyncio.to_thread(self._submit_once, await self._hook(), resubmission, args)
         resubmission.run.submitted(self.job_id)
         self._converge_rounds = CONVERGE_ROUNDS
         self.log.info(
@@ -245,21 +245,19 @@ class GPUBatchJobTrigger(BaseTrigger):
     _resubmission: BatchResubmission | None = None
     _submitted: tuple[str, str] | None = None  # the queue and name of the last job submitted here
 
-    def _submit_once(self, resubmission: BatchResubmission, args: dict[str, Any]) -> tuple[str, bool]:
+    def _submit_once(self, hook: Any, resubmission: BatchResubmission, args: dict[str, Any]) -> tuple[str, bool]:
         """The job of this name and task try: the one already submitted (a replay), else a new one."""
-        hook = self._hook()
         kept = resubmission.keep(hook.jobs_named(args["jobQueue"], args["jobName"]))
         if kept is not None:
             return str(kept["jobId"]), True
         return str(hook.api.submit_job(**args)["jobId"]), False
 
-    def _converge(self) -> None:
+    def _converge(self, hook: Any) -> None:
         """A trigger racing this one (apache/airflow#37180) may have submitted the same job: both keep
         the oldest of this task try's jobs of the name, and the others are cancelled before they run."""
         resubmission, submitted = self._resubmission, self._submitted
         if resubmission is None or submitted is None:
             return
-        hook = self._hook()
         jobs = hook.jobs_named(*submitted)
         kept = resubmission.keep(jobs)
         if kept is None:
@@ -273,21 +271,23 @@ class GPUBatchJobTrigger(BaseTrigger):
             self.job_id = str(kept["jobId"])
             resubmission.run.submitted(self.job_id)
 
-    def _cancel_for_capacity(self, job: dict[str, Any]) -> dict[str, Any]:
+    def _cancel_for_capacity(self, hook: Any, job: dict[str, Any]) -> dict[str, Any]:
         reason = capacity_cancel_reason(job, float(self.capacity_timeout or 0))
-        return dict(self._hook().cancel_runnable(str(job["jobId"]), reason, float(self.poll_interval)))
+        return dict(hook.cancel_runnable(str(job["jobId"]), reason, float(self.poll_interval)))
 
     async def _print_log(self, job: dict[str, Any], lag: float) -> None:
         """What an interrupted job printed (its last checkpoint, the SIGTERM) into the task's trigger log,
         once CloudWatch has had ``lag`` seconds to take its last lines in."""
-        from airflow_gpu.utils.batch_logs import AttemptLogs
-
         await asyncio.sleep(lag)
-        logs = AttemptLogs(self.aws_conn_id, self.region_name, timedelta(seconds=1), self.log, lag)
         try:
-            await asyncio.to_thread(logs.print_all, job)
+            hook = await self._hook()
+            lines = await asyncio.to_thread(hook.attempt_lines, job)
         except Exception as error:  # the run goes on without it
             self.log.info("The log of job %s could not be read (%s: %s)", job["jobId"], type(error).__name__, error)
+            return
+        for line in lines:
+            if line.strip() and not line.startswith("::airflow-gpu-"):  # result, profile: from the last job
+                self.log.info("[%s] %s", job["jobId"], line)
 
     async def on_kill(self) -> None:
         """ "Mark Failed" on a deferred task (Airflow 3.3+): terminate the job, or it runs on, billed.
@@ -297,10 +297,8 @@ class GPUBatchJobTrigger(BaseTrigger):
         event loop, shared by every deferred task, never blocks on it.
         """
         try:
-            await asyncio.to_thread(partial(self._terminate, KILLED[0]))
+            hook = await self._hook()
+            await asyncio.to_thread(partial(hook.api.terminate_job, jobId=self.job_id, reason=KILLED[0]))
             self.log.info("Terminated AWS Batch job %s", self.job_id)
         except Exception:
             self.log.exception("Could not terminate AWS Batch job %s", self.job_id)
-
-    def _terminate(self, reason: str) -> None:
-        self._hook().api.terminate_job(jobId=self.job_id, reason=reason)
