@@ -59,7 +59,10 @@ def get_provider_info() -> dict[str, Any]:
             {"integration-name": AWS_BATCH, "python-modules": ["airflow_gpu.hooks.batch"]},
         ],
         "triggers": [
-            {"integration-name": KUBERNETES, "python-modules": ["airflow_gpu.triggers.kubernetes"]},
+            {
+                "integration-name": KUBERNETES,
+                "python-modules": ["airflow_gpu.triggers.kubernetes", "airflow_gpu.triggers.training_job"],
+            },
             {"integration-name": AWS_BATCH, "python-modules": ["airflow_gpu.triggers.batch"]},
         ],
         "extra-links": ["airflow_gpu.links.profile.GPUProfileLink"],

@@ -7,7 +7,10 @@
 * A two-machine Job on spot nodes whose rank-1 machine is reclaimed mid-run: the whole Job is
   created again (one interruption, counted once for the Job), and the training resumes from its
   checkpoint and finishes with a falling loss. Watched over the whole run: no two Jobs' pods alive
-  at once, and nothing left behind.
+  at once, and nothing left behind. The same deferred: the triggerer creates the next Job itself,
+  the task defers once and resumes once, and never are two Jobs there at once.
+* A worker killed mid-training: the next try takes the running Job over (no second Job) and the
+  training finishes in the Job the first try created.
 
 The emulated machines have no CUDA: the processes rendezvous over gloo on CPU, through the same
 flags a GPU run gets (``--multi_gpu``, ``--machine_rank``, ``--main_process_ip``).
@@ -15,14 +18,16 @@ flags a GPU run gets (``--multi_gpu``, ``--machine_rank``, ``--main_process_ip``
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client, config, watch
 
 from airflow_gpu.testing.batch.emulator import BatchEmulator
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 from tests.e2e.scenarios import Injector, Scenario, ScenarioRun, scenarios
+from tests.e2e.test_gpu_lifecycle import kill_worker, task_log
 
 pytestmark = pytest.mark.slow
 
@@ -61,6 +66,109 @@ class RankOneReclaimer(Injector):
                     self.reclaimed.append(pod.metadata.name)
                     break
             self.stop.wait(0.2)
+
+
+class JobHistory(threading.Thread):
+    """Every change to every Job of a scenario's emulator, as a watch sees it, until ``stop``."""
+
+    def __init__(self, emulator: KubernetesEmulator) -> None:
+        super().__init__(daemon=True)
+        self.batch = client.BatchV1Api(api(emulator))
+        self.events: list[tuple[str, str]] = []
+        self.stop = threading.Event()
+        self.version = self.batch.list_namespaced_job("default").metadata.resource_version
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            stream = watch.Watch().stream(
+                self.batch.list_namespaced_job, "default", resource_version=self.version, timeout_seconds=1
+            )
+            for event in stream:
+                self.events.append((event["type"], event["object"].metadata.name))
+                self.version = event["object"].metadata.resource_version
+
+    def created(self) -> list[str]:
+        return [name for kind, name in self.events if kind == "ADDED"]
+
+    def never_two_at_once(self) -> None:
+        alive: set[str] = set()
+        for kind, name in self.events:
+            if kind == "ADDED":
+                assert not alive, f"training Job {name} was created while {alive} still existed"
+                alive.add(name)
+            elif kind == "DELETED":
+                alive.discard(name)
+
+
+class DeferredRankOneReclaimer(RankOneReclaimer):
+    """``RankOneReclaimer``, with every Job of the run recorded from before the task starts."""
+
+    def inject(self) -> None:
+        self.jobs = JobHistory(self.emulator)
+        self.jobs.start()
+        try:
+            super().inject()
+            self.stop.wait()
+        finally:
+            self.jobs.stop.set()
+            self.jobs.join(timeout=10)
+
+
+class TrainingWorkerKiller(Injector):
+    """Kills the task's worker once both machines train, then waits for the next try to take the Job over."""
+
+    def inject(self) -> None:
+        self.jobs = JobHistory(self.emulator)
+        self.jobs.start()
+        try:
+            run = self.scenario_run
+            core = client.CoreV1Api(api(self.emulator))
+
+            def training() -> bool:
+                pods = core.list_namespaced_pod("default", label_selector=f"{INDEX}=1").items
+                return any(
+                    p.status.phase == "Running"
+                    and b"rank 1 epoch 0" in core.read_namespaced_pod_log(p.metadata.name, "default",
+                                                                          _preload_content=False).data
+                    for p in pods
+                )  # fmt: skip
+
+            self.until(training, 300, "both machines to train")
+            [ti] = run.task_instances()
+            kill_worker(run.stack, ti["id"])
+            self.until(lambda: "Reattached to training Job" in task_log(run.stack, run.dag_id, run.run_id, 2), 300,
+                       "the second try to take the Job over")  # fmt: skip
+            self.stop.wait()
+        finally:
+            self.jobs.stop.set()
+            self.jobs.join(timeout=10)
+
+
+def assert_one_job_at_a_time(run: ScenarioRun, jobs: int) -> dict[str, set[str]]:
+    """Over the whole run: ``jobs`` training Jobs of two pods each, never two Jobs' pods alive at once."""
+    assert run.pods is not None
+    found: dict[str, set[str]] = {}
+    alive: dict[str, str] = {}
+    for kind, pod in run.pods.events:
+        labels = pod["metadata"].get("labels") or {}
+        job, name = labels.get(JOB_LABEL), pod["metadata"]["name"]
+        if job is None:
+            continue
+        found.setdefault(job, set()).add(name)
+        if kind == "DELETED" or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            alive.pop(name, None)
+            continue
+        alive[name] = job
+        assert set(alive.values()) == {job}, f"pods of two training Jobs alive at once: {alive}"
+    assert [len(pods) for pods in found.values()] == [2] * jobs, found
+    return found
+
+
+def assert_nothing_left(emulator: KubernetesEmulator) -> None:
+    assert client.BatchV1Api(api(emulator)).list_namespaced_job("default").items == []
+    core = client.CoreV1Api(api(emulator))
+    assert core.list_namespaced_pod("default", label_selector=JOB_LABEL).items == []
+    assert core.list_namespaced_service("default", label_selector=JOB_LABEL).items == []
 
 
 @scenarios(Scenario("accelerate_training", "shared", conf={"emulated": True, "epochs": 3}))
@@ -115,30 +223,57 @@ def test_a_reclaimed_machine_restarts_the_whole_job_which_resumes(scenario_run: 
     assert [(i["outcome"], i["capacity"]) for i in interruptions] == [("preempted", "spot")]
 
     # Over the whole run: two Jobs of two pods each, never alive at the same time.
-    assert run.pods is not None
-    jobs: dict[str, set[str]] = {}
-    alive: dict[str, str] = {}
-    for kind, pod in run.pods.events:
-        labels = pod["metadata"].get("labels") or {}
-        job, name = labels.get(JOB_LABEL), pod["metadata"]["name"]
-        if job is None:
-            continue
-        jobs.setdefault(job, set()).add(name)
-        if kind == "DELETED" or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            alive.pop(name, None)
-            continue
-        alive[name] = job
-        assert set(alive.values()) == {job}, f"pods of two training Jobs alive at once: {alive}"
-    assert [len(pods) for pods in jobs.values()] == [2, 2], jobs
+    jobs = assert_one_job_at_a_time(run, 2)
     assert run.injector.reclaimed[0] in next(iter(jobs.values()))
 
     log = run.log()
     assert "GPU interruption 1: preempted" in log and "Creating the training Job again" in log
-    batch = client.BatchV1Api(api(run.emulator))
-    assert batch.list_namespaced_job("default").items == []
-    core = client.CoreV1Api(api(run.emulator))
-    assert core.list_namespaced_pod("default", label_selector=JOB_LABEL).items == []
-    assert core.list_namespaced_service("default", label_selector=JOB_LABEL).items == []
+    assert_nothing_left(run.emulator)
+
+
+@scenarios(Scenario("accelerate_kubernetes_deferrable_preempt", "kubernetes", injector=DeferredRankOneReclaimer))
+def test_a_deferred_training_is_carried_through_a_reclaim_by_the_triggerer(scenario_run: ScenarioRun) -> None:
+    """The task defers once: the triggerer sees the reclaim, deletes the Job, creates the next one and
+    hands the task back for the end only; the interruption is counted once, and never are two Jobs there."""
+    run = scenario_run
+    assert [(t["try_number"], t["state"]) for t in run.tries()] == [(1, "success")]
+    assert isinstance(run.injector, DeferredRankOneReclaimer) and len(run.injector.reclaimed) == 1
+    result = run.xcom()
+    assert_trained(result, machines=[0, 1])
+    assert result["attempt"] == 2 and result["start_epoch"] >= 1  # the trigger's Job resumed from the checkpoint
+    interruptions = run.xcom("gpu_interruptions")
+    assert [(i["outcome"], i["capacity"]) for i in interruptions] == [("preempted", "spot")]
+
+    history = run.injector.jobs
+    first, second = history.created()  # the worker's, then the trigger's: no duplicate, ever
+    assert second == f"{first}-r1" and interruptions[0]["workload"] == first
+    history.never_two_at_once()
+    assert_one_job_at_a_time(run, 2)
+
+    worker_log = task_log(run.stack, run.dag_id, run.run_id, 1)
+    assert worker_log.count("Deferring: the triggerer watches training Job") == 1  # no worker round trip
+    trigger_log = run.trigger_log()
+    assert "GPU interruption 1: preempted" in trigger_log and f"in place of {first}" in trigger_log
+    assert "[machine 1] rank 1 epoch 0" in trigger_log  # the interrupted Job's output, kept
+    assert_nothing_left(run.emulator)
+
+
+@scenarios(Scenario("accelerate_kubernetes_reattach", "kubernetes", injector=TrainingWorkerKiller))
+def test_a_worker_crash_does_not_restart_the_training(scenario_run: ScenarioRun) -> None:
+    """The next try takes over the Job the dead worker's try created: one Job, trained to its end."""
+    run = scenario_run
+    assert isinstance(run.injector, TrainingWorkerKiller)
+    assert [(t["try_number"], t["state"]) for t in run.tries()] == [(1, "failed"), (2, "success")]
+    result = run.xcom()
+    assert_trained(result, machines=[0, 1])
+    assert (result["attempt"], result["start_epoch"]) == (1, 0)  # the first submission, never restarted
+    [job] = run.injector.jobs.created()
+    log = task_log(run.stack, run.dag_id, run.run_id, 2)
+    assert f"Reattached to training Job {job} of try 1 (running)" in log
+    assert "Created Indexed Job" not in log
+    assert run.xcom("gpu_interruptions") == []
+    assert_one_job_at_a_time(run, 1)
+    assert_nothing_left(run.emulator)
 
 
 @scenarios(Scenario("accelerate_kubernetes_deferrable", "kubernetes"))

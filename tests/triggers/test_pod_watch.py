@@ -168,3 +168,40 @@ def test_the_operators_kubeconfig_replaces_the_connections_file_as_the_sync_hook
             return len((await CoreV1Api(api).list_node()).items)
 
     assert asyncio.run(body()) == 4
+
+
+def test_a_group_hears_of_every_pod_with_its_label_made_before_or_after_it_was_held(
+    kubernetes_emulator: KubernetesEmulator,
+) -> None:
+    """The pods of a training Job: their names are the Job controller's, so a trigger holds their label."""
+    api = core(kubernetes_emulator)
+
+    def labelled(name: str, script: str, group: str) -> None:
+        container = {"name": "base", "image": "busybox", "command": ["sh", "-c", script]}
+        api.create_namespaced_pod("default", {
+            "metadata": {"name": name, "labels": {WATCH_LABEL: "l4", "airflow-gpu/training-job": group}},
+            "spec": {"restartPolicy": "Never", "containers": [container]}})  # fmt: skip
+
+    labelled("before", "sleep 600", "job-a")
+    labelled("stranger", "sleep 600", "job-b")
+
+    async def body() -> tuple[dict[str, PodState], list[str]]:
+        watch = SharedPodWatch.get(connection(kubernetes_emulator), "default")
+        watch.hold_group("airflow-gpu/training-job", "job-a")
+        await asyncio.wait_for(watch.synced.wait(), 30)
+        version, members = await watch.next_group("airflow-gpu/training-job", "job-a")
+        assert set(members) == {"before"}
+        await asyncio.to_thread(labelled, "after", "sleep 1", "job-a")
+        await asyncio.to_thread(api.delete_namespaced_pod, "before", "default", grace_period_seconds=0)
+        while not (members.get("before") and members["before"].deleted and "after" in members
+                   and (members["after"].pod or {}).get("status", {}).get("phase") == "Succeeded"):  # fmt: skip
+            version, members = await asyncio.wait_for(
+                watch.next_group("airflow-gpu/training-job", "job-a", version), 30
+            )
+        watch.release_group("airflow-gpu/training-job", "job-a")
+        return members, sorted(watch.states)
+
+    members, kept = run(body)
+    assert set(members) == {"before", "after"} and members["before"].pod is not None  # gone, with its last state
+    assert kept == []  # released: nothing kept for a group nobody holds
+    assert kubernetes_emulator.api_requests("GET", "pods") == 0

@@ -221,20 +221,22 @@ class AccelerateTrainOperator(BaseOperator):
                 launch, self.env, gpu_profile=self.gpu_profile, interval=self.profile_interval, log=self.log
             )
             return self._runner.run(context)
-        operator = self._backend_operator(launch)
-        interval = self.poll_interval if self.poll_interval is not None else 2.0
-        self._runner = self._target_module().runner(operator, launch, poll_interval=interval, log=self.log)
+        self._runner = self._make_runner(launch)
         return self._runner.run(context)
 
+    def _make_runner(self, launch: AccelerateLaunch) -> Any:
+        """The target's runner: the GPU operator's own run, or a training Job of several machines."""
+        operator = self._backend_operator(launch)
+        interval = self.poll_interval if self.poll_interval is not None else 2.0
+        return self._target_module().runner(operator, launch, poll_interval=interval, log=self.log)
+
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
-        """Back from a deferral of the target's operator (``deferrable=True``): it takes it from there."""
+        """Back from a deferral (``deferrable=True``): of the target's operator (one machine, or a Batch
+        multi-node job), or of a Kubernetes training Job; what deferred takes it from there."""
         if self.target == "local" or next_method == "execute":
             return super().resume_execution(next_method, next_kwargs, context)
-        from airflow_gpu.operators.delegation import inside
-
-        operator = self._backend_operator(self.launch)
-        self._runner = operator  # a deferral is always the one-machine operator's own
-        return inside(operator, operator.resume_execution, next_method, next_kwargs, context)
+        self._runner = self._make_runner(self.launch)
+        return self._runner.resume_execution(next_method, next_kwargs, context)
 
     def on_kill(self) -> None:
         """The workload must not run on, billed: the launcher's process group, or the pod, job or Batch job."""

@@ -46,5 +46,8 @@ class DelegatedRun:
     def run(self, context: Any) -> Any:
         return inside(self.op, self.op.execute, context)
 
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Any) -> Any:
+        return inside(self.op, self.op.resume_execution, next_method, next_kwargs, context)
+
     def on_kill(self) -> None:
         self.op.on_kill()

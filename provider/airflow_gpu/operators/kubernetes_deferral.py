@@ -10,44 +10,45 @@ spot-notice hook), once per placement, and carried as one pod plus a delta per o
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from airflow_gpu.spot.policy import Placement
 from airflow_gpu.triggers.pod_replacement import NAME_TOKEN, placement_key
 from airflow_gpu.utils.kubernetes import to_dict
 from airflow_gpu.utils.manifest_delta import delta
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+    from kubernetes.client import models as k8s
 
     from airflow_gpu.operators.kubernetes import GPUKubernetesOperator
 
 
-def placements(operator: GPUKubernetesOperator) -> list[Placement]:
-    """Every placement the spot policy can move the run to, the current one first."""
-    run = operator.spot_run
-    capacities = [run.requested_capacity]
-    if operator.spot.fallback_to_on_demand and run.requested_capacity is not None:
-        capacities.append("on-demand")
-    found = [run.placement]
-    for candidate in range(len(operator.candidates)):
-        for capacity in dict.fromkeys(capacities):
-            if Placement(candidate, capacity) not in found:
-                found.append(Placement(candidate, capacity))
-    return found
+def pod_manifest(pod: k8s.V1Pod) -> dict[str, Any]:
+    """The pod as the trigger carries it: its name replaced by ``NAME_TOKEN``."""
+    manifest: dict[str, Any] = json.loads(json.dumps(to_dict(pod)).replace(pod.metadata.name, NAME_TOKEN))
+    return manifest
 
 
-def replacement_plan(operator: GPUKubernetesOperator, context: Context, first_name: str) -> dict[str, Any]:
-    """The trigger's ``gpu_spot`` argument: the policy, the run's state and the pods it may create."""
+def replacement_plan(
+    operator: GPUKubernetesOperator,
+    context: Context,
+    first_name: str,
+    manifest: Callable[[k8s.V1Pod], dict[str, Any]] = pod_manifest,
+) -> dict[str, Any]:
+    """The trigger's ``gpu_spot`` argument: the policy, the run's state and the workloads it may create.
+
+    ``manifest`` turns each placement's pod into what the trigger creates: the pod itself, or a
+    training Job and its Service built from it (``operators.accelerate_kubernetes``).
+    """
     run = operator.spot_run
     saved = run.to_json()
     pods: dict[str, Any] = {}
     try:
-        for placement in placements(operator):
+        for placement in run.reachable_placements():
             run.move_to(placement)
             pod = operator.build_pod_request_obj(context)
-            text = json.dumps(to_dict(pod)).replace(pod.metadata.name, NAME_TOKEN)
-            pods[placement_key(placement.candidate, placement.capacity)] = json.loads(text)
+            pods[placement_key(placement.candidate, placement.capacity)] = manifest(pod)
     finally:
         run.restore(saved)
     base_key = placement_key(run.placement.candidate, run.placement.capacity)

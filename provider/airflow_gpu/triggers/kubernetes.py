@@ -19,7 +19,6 @@ reclaim is told from a person's delete.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from functools import cached_property
 from typing import Any
@@ -33,8 +32,11 @@ from airflow.providers.cncf.kubernetes.utils.pod_manager import (
 from airflow.triggers.base import TriggerEvent
 
 from airflow_gpu.spot.classifier import Outcome
-from airflow_gpu.triggers.pod_replacement import PodReplacement, same_task_try
-from airflow_gpu.triggers.pod_watch import ClusterConnection, PodState, SharedPodWatch
+from airflow_gpu.triggers import cluster
+from airflow_gpu.triggers.cluster import ClusterConnection
+from airflow_gpu.triggers.kubernetes_api import PodState
+from airflow_gpu.triggers.pod_replacement import PodReplacement
+from airflow_gpu.triggers.pod_watch import SharedPodWatch
 from airflow_gpu.triggers.resume_dwell import dwell
 
 #: Event key carrying the pod as last seen (every event but ``success``).
@@ -289,41 +291,17 @@ class GPUPodTrigger(KubernetesPodTrigger):
 
     async def _node_stays(self, node: str | None) -> bool | None:
         """Whether the pod's node is there to stay (``classify_deleted_pod``); None if it cannot be told."""
-        from kubernetes_asyncio.client import CoreV1Api
-        from kubernetes_asyncio.client.exceptions import ApiException
-
-        from airflow_gpu.spot.classifier import node_stays
-
-        if not node:
-            return None
-        try:
-            async with self.watch.connection.hook().get_conn() as api:
-                response: Any = await CoreV1Api(api).read_node(node, _preload_content=False)
-                if response.status == 404:
-                    return False
-                if response.status >= 400:
-                    return None
-                return node_stays(json.loads(await response.read()))
-        except ApiException as error:
-            return False if error.status == 404 else None
+        return await cluster.node_stays(self.watch.connection, node)
 
     async def _write_log(self, name: str) -> None:
         """The ended pod's output into the task's trigger log, as the worker writes the last pod's:
         what an interrupted attempt printed (its last checkpoint) is not lost with the pod."""
-        from kubernetes_asyncio.client import CoreV1Api
-
         if not self.get_logs:
             return
         try:
-            async with self.watch.connection.hook().get_conn() as api:
-                response: Any = await CoreV1Api(api).read_namespaced_pod_log(
-                    name, self.pod_namespace, container=self.base_container_name, tail_lines=LOG_TAIL_LINES,
-                    _preload_content=False,
-                )  # fmt: skip
-                if response.status >= 400:
-                    self.log.info("The log of pod %s could not be read (%s)", name, response.status)
-                    return
-                text = (await response.read()).decode("utf-8", "replace")
+            text = await cluster.pod_log_tail(
+                self.watch.connection, self.pod_namespace, name, self.base_container_name, LOG_TAIL_LINES
+            )
         except Exception as error:  # the run goes on without it
             self.log.info("The log of pod %s could not be read (%s: %s)", name, type(error).__name__, error)
             return
@@ -332,49 +310,15 @@ class GPUPodTrigger(KubernetesPodTrigger):
                 self.log.info("[%s] %s", self.base_container_name, line)
 
     async def _delete(self, name: str) -> None:
-        from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import generic_api_retry
-        from kubernetes_asyncio.client import CoreV1Api
-        from kubernetes_asyncio.client.exceptions import ApiException
-
-        @generic_api_retry  # type: ignore[untyped-decorator]
-        async def delete() -> None:
-            async with self.watch.connection.hook().get_conn() as api:
-                try:
-                    await CoreV1Api(api).delete_namespaced_pod(name, self.pod_namespace, grace_period_seconds=0)
-                except ApiException as error:
-                    if error.status != 404:
-                        raise
-
-        await delete()
+        await cluster.delete(self.watch.connection, "pods", self.pod_namespace, name, grace_period_seconds=0)
 
     async def _create(self, manifest: dict[str, Any]) -> bool:
         """Create the pod; True when it existed already as this task try's (adopted). A pod of that name
         that belongs to anything else is an error: it is never taken over."""
-        from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import generic_api_retry
-        from kubernetes_asyncio.client import CoreV1Api
-        from kubernetes_asyncio.client.exceptions import ApiException
-
-        name = manifest["metadata"]["name"]
-
-        @generic_api_retry  # type: ignore[untyped-decorator]
-        async def create() -> bool:
-            async with self.watch.connection.hook().get_conn() as api:
-                core: Any = CoreV1Api(api)  # a dict body is sent as it is; no model needed
-                try:
-                    await core.create_namespaced_pod(self.pod_namespace, manifest)
-                    return False
-                except ApiException as error:
-                    if error.status != 409:
-                        raise
-                response = await core.read_namespaced_pod(name, self.pod_namespace, _preload_content=False)
-                existing = json.loads(await response.read())
-            why_not = same_task_try(existing, manifest)
-            if why_not:
-                raise PodLaunchFailedException(f"pod {name} exists and is not this task try's: {why_not}")
-            return True
-
-        created: bool = await create()
-        return created
+        try:
+            return await cluster.create_or_adopt(self.watch.connection, "pods", self.pod_namespace, manifest)
+        except cluster.NotThisTaskTry as error:
+            raise PodLaunchFailedException(str(error)) from error
 
 
 def _phase(pod: dict[str, Any]) -> Any:

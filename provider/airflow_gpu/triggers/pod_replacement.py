@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow_gpu.spot.classifier import Classification, Outcome, classify_deleted_pod, classify_pod
 from airflow_gpu.spot.policy import Decision, SpotPolicy
@@ -34,6 +34,7 @@ STATE_ANNOTATION = "airflow-gpu/state"
 #: Labels that make a pod this task try's: a pod with the same name but other values is not adopted.
 IDENTITY_LABELS = ("dag_id", "task_id", "run_id", "map_index", "try_number")
 MAX_NAME = 63
+R = TypeVar("R", bound="PodReplacement")
 
 
 def placement_key(candidate: int, capacity: str | None) -> str:
@@ -53,7 +54,7 @@ class PodReplacement:
     delete_ended: bool  # on_finish_action deletes a failed pod
 
     @classmethod
-    def from_argument(cls, spot: dict[str, Any], base_container: str, on_finish_action: str) -> PodReplacement:
+    def from_argument(cls: type[R], spot: dict[str, Any], base_container: str, on_finish_action: str) -> R:
         run = SpotRun.start(
             SpotPolicy(**spot["policy"]), spot["candidates"], "kubernetes", spot.get("requested_capacity")
         )

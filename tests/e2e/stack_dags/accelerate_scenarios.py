@@ -2,7 +2,10 @@
 
 ``accelerate_kubernetes_preempt`` trains two machines (an Indexed Job) on spot H100 nodes of its
 own Kubernetes emulator (connection ``k8s_accelerate_kubernetes_preempt``); the test reclaims the
-rank-1 machine mid-run. The emulated machines have no CUDA, so the processes use gloo on CPU.
+rank-1 machine mid-run. ``accelerate_kubernetes_deferrable_preempt`` is the same training deferred
+to the triggerer, which replaces the Job itself. ``accelerate_kubernetes_reattach`` trains long
+enough for the test to kill its worker and the next try to take the running Job over. The emulated
+machines have no CUDA, so the processes use gloo on CPU.
 """
 
 from __future__ import annotations
@@ -42,6 +45,30 @@ scenario(
     capacity="spot",
     spot=SpotPolicy(max_interruptions=2, grace_period_seconds=5),
     poll_interval=0.5,
+    retry_delay=timedelta(seconds=1),
+)
+scenario(  # the same, deferred: the triggerer watches the Job and creates the next one itself
+    "accelerate_kubernetes_deferrable_preempt",
+    deferrable=True,
+    script_args=["--epochs", "6", "--epoch-seconds", "1", "--checkpoint-dir", "{{ dag_run.conf['workdir'] }}/ckpt"],
+    accelerator="H100",
+    num_machines=2,
+    main_process_port=29550,
+    capacity="spot",
+    spot=SpotPolicy(max_interruptions=2, grace_period_seconds=5),
+    poll_interval=0.5,
+    retry_delay=timedelta(seconds=1),
+)
+scenario(  # long enough to outlive a dead worker's heartbeat timeout (30 s on the stack) and the retry
+    "accelerate_kubernetes_reattach",
+    script_args=["--epochs", "30", "--epoch-seconds", "3"],
+    accelerator="H100",
+    num_machines=2,
+    main_process_port=29560,
+    capacity="spot",
+    spot=SpotPolicy(grace_period_seconds=5),
+    poll_interval=0.5,
+    retries=1,
     retry_delay=timedelta(seconds=1),
 )
 scenario(  # one machine is GPUKubernetesOperator's own pod, deferred to the triggerer while it trains

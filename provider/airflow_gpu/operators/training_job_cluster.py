@@ -1,0 +1,127 @@
+"""The worker's calls on training Jobs and their Services: create (or adopt), delete, find a task's own.
+
+``operators.accelerate_kubernetes`` runs a training over several machines as an Indexed Job and a
+headless Service of the same name (``utils.training_job``). Here is what the worker does with
+them through the API, kept apart from the training's loop:
+
+* create the Service, then the Job (the machines look the main one up as they start), the Job
+  becoming the Service's owner so that the garbage collector removes both together. A name that
+  exists already is adopted when its labels name the same task try (the same try run again, or a
+  trigger that created it), never when they name anything else;
+* delete both with ``propagationPolicy: Foreground`` (the API's default for a ``batch/v1`` Job
+  orphans its pods) and wait until the Job and its pods are gone, so that the next Job's pods
+  never run beside the last one's;
+* find a task instance's Jobs and Services (a label search, as KPO finds its pod), for a new try
+  after a worker crash: the one to take over, and the ones to delete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+from airflow_gpu.triggers.pod_replacement import same_task_try
+from airflow_gpu.utils.kubernetes import to_dict
+from airflow_gpu.utils.training_job import DELETE_WAIT_SECONDS, JOB_LABEL
+
+
+class TrainingJobs:
+    """Training Jobs and Services in one namespace, through the operator's (sync) client."""
+
+    def __init__(self, core: Any, namespace: str, log: Any) -> None:
+        self.core, self.namespace, self.log = core, namespace, log
+
+    @property
+    def batch(self) -> Any:
+        from kubernetes.client import BatchV1Api
+
+        return BatchV1Api(self.core.api_client)
+
+    def read(self, name: str) -> dict[str, Any] | None:
+        """The Job as an API dict; None once the API no longer has it."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            job: dict[str, Any] = to_dict(self.batch.read_namespaced_job(name, self.namespace))
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            return None
+        return job
+
+    def pods(self, name: str) -> dict[str, dict[str, Any]]:
+        """The Job's pods, by name, as API dicts."""
+        listed = self.core.list_namespaced_pod(self.namespace, label_selector=f"{JOB_LABEL}={name}")
+        return {pod.metadata.name: to_dict(pod) for pod in listed.items}
+
+    def create(self, manifests: dict[str, dict[str, Any]]) -> bool:
+        """The Service, then the Job; True when the Job existed already as this task try's (adopted)."""
+        from kubernetes.client.exceptions import ApiException
+
+        job, service = manifests["job"], manifests["service"]
+        name = job["metadata"]["name"]
+        self._create_or_adopt(service, self.core.create_namespaced_service, self.core.read_namespaced_service)
+        try:
+            adopted = self._create_or_adopt(job, self.batch.create_namespaced_job, self.batch.read_namespaced_job)
+        except Exception:
+            self.delete(name, wait=False)
+            raise
+        uid = (self.read(name) or {}).get("metadata", {}).get("uid")
+        owner = {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid}
+        try:  # a courtesy for the garbage collector: the task deletes the Service itself
+            self.core.patch_namespaced_service(name, self.namespace, {"metadata": {"ownerReferences": [owner]}})
+        except ApiException as error:
+            self.log.warning("Service %s was not given its Job as owner (%s %s)", name, error.status, error.reason)
+        return adopted
+
+    def _create_or_adopt(self, manifest: dict[str, Any], create: Any, read: Any) -> bool:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            create(self.namespace, manifest)
+            return False
+        except ApiException as error:
+            if error.status != 409:
+                raise
+        name, kind = manifest["metadata"]["name"], manifest["kind"]
+        why_not = same_task_try(to_dict(read(name, self.namespace)), manifest)
+        if why_not:
+            raise RuntimeError(f"{kind} {self.namespace}/{name} exists and is not this task try's: {why_not}")
+        return True
+
+    def delete(self, name: str | None, wait: bool = True, grace_seconds: float = 30) -> None:
+        """The Job and its pods (Foreground: the Job stays until its pods are gone), and the Service;
+        with ``wait``, until the Job and its pods are gone (``DELETE_WAIT_SECONDS`` plus the grace period).
+
+        Pods that outlive their Job were orphaned (someone deleted the Job with the API's default
+        propagation for ``batch/v1``): they would train on, billed, so they are deleted too."""
+        from kubernetes.client.exceptions import ApiException
+
+        if name is None:
+            return
+        with contextlib.suppress(ApiException):
+            self.batch.delete_namespaced_job(name, self.namespace, propagation_policy="Foreground")
+        with contextlib.suppress(ApiException):
+            self.core.delete_namespaced_service(name, self.namespace)
+        deadline = time.monotonic() + DELETE_WAIT_SECONDS + grace_seconds
+        orphans_deleted = False
+        while wait and time.monotonic() < deadline:
+            left = self.pods(name)
+            if self.read(name) is None:
+                if not left:
+                    return
+                for pod in set(left) if not orphans_deleted else ():
+                    self.log.warning("Deleting pod %s, which its deleted training Job %s left running", pod, name)
+                    with contextlib.suppress(ApiException):
+                        self.core.delete_namespaced_pod(pod, self.namespace)
+                orphans_deleted = True
+            time.sleep(0.5)
+
+    def of_task(self, labels: dict[str, str]) -> list[dict[str, Any]]:
+        """A task instance's training Jobs and Services (``labels``: KPO's, without the try number), as
+        API dicts: each try's, whatever made them (a worker, a trigger)."""
+        selector = ",".join([*(f"{k}={v}" for k, v in labels.items()), JOB_LABEL])
+        jobs = self.batch.list_namespaced_job(self.namespace, label_selector=selector).items
+        services = self.core.list_namespaced_service(self.namespace, label_selector=selector).items
+        return [{**to_dict(o), "kind": kind} for kind, found in (("Job", jobs), ("Service", services)) for o in found]

@@ -1,0 +1,206 @@
+"""How a training Job ended: an Indexed Job of machines with ``backoffLimit: 0``, from the API's objects.
+
+A training over several Kubernetes machines is one Indexed Job (``operators.accelerate_kubernetes``).
+It is watched either from the worker (polling) or from the triggerer (a shared watch); both hand
+what they saw here, so both reach the same verdict, and a deferred training is classified exactly
+as a watched one.
+
+The Job's end is the Job controller's, read off the Job's conditions rather than re-derived from
+the pods. With ``backoffLimit: 0`` the first failed rank adds ``FailureTarget``, the controller
+deletes the other ranks and, since Kubernetes 1.31, adds ``Failed`` once none of them is still
+terminating; ``Complete`` follows the last index's success. Some ends show in no pod at all:
+``activeDeadlineSeconds`` (``DeadlineExceeded``: the controller deletes the ranks, which then look
+deleted by a person), a Job deleted with the API's default propagation for ``batch/v1`` (orphan:
+the pods run on), a Job that a queue (Kueue) suspends. The pods say *why* it ended: a rank that a
+reclaim killed explains the ranks that then lost their peer (an application error) and the ones
+the controller deleted, hence ``CAUSE_ORDER``.
+
+Two ends the controller never declares are the caller's to time: a rank that cannot be scheduled,
+or cannot start (an image that does not pull), waits for ever while the others wait for it at the
+rendezvous (``StuckClock``).
+
+Input is the Kubernetes API's dicts, as ``spot.classifier`` takes them; no Airflow, no client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from airflow_gpu.spot.classifier import Classification, Outcome, classify_deleted_pod, classify_pod
+
+#: The label and annotation the Job controller puts on each pod: its completion index, the machine rank.
+INDEX_KEY = "batch.kubernetes.io/job-completion-index"
+#: What ended a Job, most telling first.
+CAUSE_ORDER = (
+    Outcome.PREEMPTED,
+    Outcome.EVICTED,
+    Outcome.UNSCHEDULABLE,
+    Outcome.INFRASTRUCTURE,
+    Outcome.APPLICATION,
+    Outcome.UNKNOWN,
+    Outcome.DELETED,
+)
+#: Whether a node is there to stay (``classifier.node_stays``), by node name; None: not known.
+NodeStays = Callable[[str | None], bool | None]
+
+
+def rank_of(pod: Mapping[str, Any]) -> str | None:
+    """The pod's machine rank: the controller's label (Kubernetes 1.28+), else its annotation."""
+    metadata = pod.get("metadata") or {}
+    return (metadata.get("labels") or {}).get(INDEX_KEY) or (metadata.get("annotations") or {}).get(INDEX_KEY)
+
+
+def node_of(pod: Mapping[str, Any] | None) -> str | None:
+    return ((pod or {}).get("spec") or {}).get("nodeName")
+
+
+@dataclass
+class JobPods:
+    """Every pod of one Job seen so far, each in its last state; ``gone``: the ones the API no longer has.
+
+    A rank the controller deleted is still here in its last state, so that it is classified (a
+    reclaimed node) and its rank known.
+    """
+
+    seen: dict[str, dict[str, Any]] = field(default_factory=dict)
+    gone: set[str] = field(default_factory=set)
+
+    def listed(self, current: Mapping[str, dict[str, Any]]) -> None:
+        """A complete listing of the Job's pods (the worker's poll): the ones missing from it are gone."""
+        self.seen.update(current)
+        self.gone |= set(self.seen) - set(current)
+
+    def record(self, name: str, pod: dict[str, Any] | None, deleted: bool) -> None:
+        """One pod's state from a watch; a deleted pod keeps its last state."""
+        if pod is not None:
+            self.seen[name] = pod
+        if deleted:
+            self.gone.add(name)
+
+    def current(self) -> list[dict[str, Any]]:
+        return [pod for name, pod in self.seen.items() if name not in self.gone]
+
+    def main(self) -> dict[str, Any] | None:
+        """The main machine's pod (rank 0), the last one seen."""
+        mains = [pod for pod in self.seen.values() if rank_of(pod) == "0"]
+        return mains[-1] if mains else None
+
+    def nodes_to_check(self) -> set[str]:
+        """The nodes whose fate ``cause`` asks about: those of gone pods and of pods still running."""
+        return {
+            node
+            for name, pod in self.seen.items()
+            if (node := node_of(pod)) and (name in self.gone or classify_pod(pod).outcome is Outcome.RUNNING)
+        }
+
+
+def cause(pods: JobPods, node_stays: NodeStays) -> tuple[Classification, dict[str, Any] | None]:
+    """What ended the Job and the pod that tells it; (RUNNING, None) when no pod tells anything yet."""
+    found: list[tuple[Classification, dict[str, Any]]] = []
+    for name, pod in pods.seen.items():
+        node = node_of(pod)
+        if name in pods.gone:  # the controller deletes a failed Job's running ranks: only a node gone is a reclaim
+            result = classify_deleted_pod(pod, node_stays(node))
+        else:
+            result = classify_pod(pod)
+            if result.outcome is Outcome.RUNNING and node and node_stays(node) is False:
+                result = classify_deleted_pod(pod, False)  # its node went away without a word: a reclaim
+        if result.outcome in CAUSE_ORDER:
+            found.append((result, pod))
+    if not found:
+        return Classification(Outcome.RUNNING, "Running"), None
+    return min(found, key=lambda item: CAUSE_ORDER.index(item[0].outcome))
+
+
+def _true_conditions(job: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return {c.get("type", ""): c for c in conditions if c.get("status") == "True"}
+
+
+def judged(job: Mapping[str, Any] | None) -> bool:
+    """Whether the controller has judged the Job: complete, or failed (or about to be)."""
+    conditions = _true_conditions(job or {})
+    return bool({"Complete", "SuccessCriteriaMet", "Failed", "FailureTarget"} & set(conditions))
+
+
+def failing(job: Mapping[str, Any] | None) -> bool:
+    """Whether the controller has judged the Job failed (``cause`` then needs the nodes' fate)."""
+    conditions = _true_conditions(job or {})
+    return "Failed" in conditions or "FailureTarget" in conditions
+
+
+def adoptable(job: Mapping[str, Any]) -> bool:
+    """Whether a new try may take the Job over: running or complete (its result is there to read), not
+    judged failed and not being deleted (a try that was killed deleted it)."""
+    return not failing(job) and not (job.get("metadata") or {}).get("deletionTimestamp")
+
+
+@dataclass
+class JobEnd:
+    """How a training Job ended, the pod that tells it, and every pod seen of it."""
+
+    result: Classification
+    culprit: dict[str, Any] | None
+    pods: JobPods
+
+
+def job_end(
+    job: Mapping[str, Any] | None, pods: JobPods, node_stays: NodeStays, name: str
+) -> tuple[Classification, dict[str, Any] | None] | None:
+    """How the Job ended and the pod that tells it, or None while it runs.
+
+    ``job`` is the Job as last read (None: the API no longer has it).
+    """
+    if job is None:
+        return Classification(Outcome.DELETED, "JobDeleted", f"Job {name} was deleted"), None
+    conditions = _true_conditions(job)
+    if "Complete" in conditions:
+        return Classification(Outcome.SUCCEEDED, "Succeeded", exit_code=0), pods.main()
+    judged = conditions.get("Failed") or conditions.get("FailureTarget")
+    if judged is None:
+        return None
+    reason, message = judged.get("reason") or "Failed", judged.get("message") or ""
+    if reason == "DeadlineExceeded":  # the controller deleted the ranks: they say nothing of it
+        return Classification(Outcome.UNKNOWN, reason, f"Job {name}: {message} (activeDeadlineSeconds)"), None
+    result, culprit = cause(pods, node_stays)
+    if result.outcome is not Outcome.RUNNING:
+        return result, culprit
+    if "Failed" in conditions:  # final, and no pod that was seen tells why
+        return Classification(Outcome.UNKNOWN, reason, f"Job {name} failed: {message}"), None
+    return None  # FailureTarget: the failed rank's state is on its way
+
+
+class StuckClock:
+    """Since when some rank cannot be scheduled, or cannot start; past its timeout, that rank's reason ends
+    the Job. A rank that waits never fails the Job by itself: the others wait for it at the rendezvous."""
+
+    def __init__(self, timeouts: Mapping[Outcome, float]) -> None:
+        self.timeouts = dict(timeouts)
+        self.since: dict[Outcome, float] = {}
+
+    def check(self, pods: Iterable[Mapping[str, Any]], now: float) -> tuple[Classification, dict[str, Any]] | None:
+        current = list(pods)
+        for kind, timeout in self.timeouts.items():
+            blocked = [p for p in current if classify_pod(p).outcome is kind]
+            if not blocked:
+                self.since.pop(kind, None)
+            elif now - self.since.setdefault(kind, now) > timeout:
+                return classify_pod(blocked[0]), dict(blocked[0])
+        return None
+
+
+def to_json(result: Classification) -> dict[str, Any]:
+    """A classification as it travels in a trigger's event."""
+    return {**asdict(result), "outcome": result.outcome.value}
+
+
+def from_json(data: Mapping[str, Any]) -> Classification:
+    return Classification(
+        Outcome(data["outcome"]),
+        str(data.get("reason") or ""),
+        str(data.get("message") or ""),
+        data.get("exit_code"),
+        bool(data.get("transient")),
+    )

@@ -1,0 +1,169 @@
+"""A Kubernetes training over two machines, run by ``AccelerateTrainOperator`` against the emulator.
+
+The machines are simulated containers (``simulated.local/...`` images: no process, a scripted run
+and output, a signal ends them), so each run takes seconds; the Jobs, their controller, the
+preemption and the API are the emulator's. Covered: a new try taking over an earlier try's Job (or
+deleting it), and a deferred training carried through a reclaim by its trigger, the worker resuming
+once. The real ``accelerate launch`` runs of the same paths are in ``tests/e2e``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from airflow_gpu.operators.accelerate import AccelerateTrainOperator
+from airflow_gpu.operators.accelerate_kubernetes import RESUME_METHOD, STATE_STORE_KEY, IndexedJobTraining
+from airflow_gpu.operators.spot_task import save_run
+from airflow_gpu.operators.training_job_reattach import take_over
+from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
+from airflow_gpu.testing.polling import wait_for
+from airflow_gpu.utils.training_job import JOB_LABEL
+from tests.operators.test_accelerate_operator import SCRIPT
+
+pytestmark = pytest.mark.slow  # imports cncf-kubernetes' operator and triggers (seconds of CPU)
+
+INDEX = "batch.kubernetes.io/job-completion-index"
+RESULT = '::airflow-gpu-result::{"loss": 0.25}'
+LOG = logging.getLogger(__name__)
+
+
+class Ti:
+    """Airflow's task instance, as far as the operator uses it: identity and XCom."""
+
+    def __init__(self, try_number: int = 1, run_id: str = "manual__1") -> None:
+        self.dag_id, self.task_id, self.run_id, self.map_index = "training_dag", "train", run_id, -1
+        self.try_number, self.start_date = try_number, None
+        self.xcom: dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.xcom[key] = value
+
+
+class Store(dict[str, Any]):
+    """Airflow 3.3's task state store: ``get`` and ``set`` by key, kept across tries."""
+
+    def set(self, key: str, value: Any) -> None:
+        self[key] = value
+
+
+def context(try_number: int = 1, store: Store | None = None, run_id: str = "manual__1") -> dict[str, Any]:
+    return {"ti": Ti(try_number, run_id), "run_id": run_id, "dag": None,
+            "task_state_store": store if store is not None else Store()}  # fmt: skip
+
+
+def training(seconds: float = 600, **kwargs: Any) -> AccelerateTrainOperator:
+    """Two L4 machines whose containers run ``seconds``, then print the result line on each rank."""
+    return AccelerateTrainOperator(
+        task_id="train", training_script=SCRIPT, target="kubernetes", accelerator="L4", num_machines=2,
+        image="simulated.local/train:1", gpu_profile=False, namespace="default", poll_interval=0.2,
+        env={"SIMULATED_SECONDS": str(seconds), "SIMULATED_OUTPUT": f"training\n{RESULT}"}, **kwargs,
+    )  # fmt: skip
+
+
+def runner(op: AccelerateTrainOperator, ctx: dict[str, Any]) -> IndexedJobTraining:
+    run = op._make_runner(op.launch)
+    assert isinstance(run, IndexedJobTraining)
+    run._start(ctx)  # type: ignore[arg-type]
+    return run
+
+
+def apis(emulator: KubernetesEmulator) -> tuple[client.BatchV1Api, client.CoreV1Api]:
+    api = config.new_client_from_config(config_file=str(emulator.kubeconfig_path))
+    return client.BatchV1Api(api), client.CoreV1Api(api)
+
+
+def jobs(emulator: KubernetesEmulator) -> list[str]:
+    return sorted(j.metadata.name for j in apis(emulator)[0].list_namespaced_job("default").items)
+
+
+def running_rank(emulator: KubernetesEmulator, job: str, rank: int) -> str:
+    core = apis(emulator)[1]
+
+    def found() -> str | None:
+        pods = core.list_namespaced_pod("default", label_selector=f"{JOB_LABEL}={job},{INDEX}={rank}").items
+        return next((p.metadata.name for p in pods if p.status.phase == "Running"), None)
+
+    return wait_for(found, 60, f"rank {rank} of {job} running")
+
+
+def test_a_new_try_takes_over_the_job_an_earlier_try_left_running(
+    kubernetes_default_connection: KubernetesEmulator,
+) -> None:
+    """A worker crash: try 1 submitted and died; try 2 follows its Job, with its spot run, and leaves another
+    run's Job alone."""
+    store = Store()
+    first = runner(training(), context(1, store))
+    first._submit(context(1, store))  # type: ignore[arg-type]
+    other = runner(training(), context(1, run_id="someone_else"))
+    other._submit(context(1, run_id="someone_else"))  # type: ignore[arg-type]
+    assert first.job != other.job
+
+    second_try = context(2, store)
+    run = runner(training(), second_try)
+    assert take_over(run.op, run.jobs, second_try, LOG) == first.job  # type: ignore[arg-type]
+    assert run.op.spot_run.workload == first.job and store[STATE_STORE_KEY]["open"] is True
+    assert jobs(kubernetes_default_connection) == sorted([first.job, other.job])  # nothing deleted, nothing new
+
+
+@pytest.mark.parametrize("why", ["judged", "reattach_off", "failed"])
+def test_a_job_that_is_not_to_be_taken_over_is_deleted_before_the_next_try_starts(
+    kubernetes_default_connection: KubernetesEmulator, why: str
+) -> None:
+    emulator, store = kubernetes_default_connection, Store()
+    first = runner(training(), context(1, store))
+    first._submit(context(1, store))  # type: ignore[arg-type]
+    if why == "judged":  # the earlier try decided its end (it failed, or was killed) and closed its run
+        save_run(context(1, store), STATE_STORE_KEY, first.op.spot_run, open_=False)  # type: ignore[arg-type]
+    if why == "failed":  # a rank was reclaimed while nobody watched: the Job failed
+        emulator.preempt(running_rank(emulator, str(first.job), 1), "default", 0)
+        batch = apis(emulator)[0]
+        wait_for(lambda: batch.read_namespaced_job(str(first.job), "default").status.failed, 30, "the Job to fail")
+    op = training(durable=False) if why == "reattach_off" else training()
+    second_try = context(2, store)
+    run = runner(op, second_try)
+    assert take_over(run.op, run.jobs, second_try, LOG) is None  # type: ignore[arg-type]
+    assert jobs(emulator) == []  # gone before the next try creates its own
+    assert not apis(emulator)[1].list_namespaced_service("default", label_selector=JOB_LABEL).items
+
+
+def test_a_deferred_training_is_replaced_by_its_trigger_and_resumes_once(
+    kubernetes_default_connection: KubernetesEmulator,
+) -> None:
+    """The worker creates the Job and defers; the trigger sees rank 1 reclaimed and creates the next Job;
+    the worker resumes once, for the result, the spot record and the cleanup."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    emulator, ctx = kubernetes_default_connection, context()
+    op = training(seconds=8, deferrable=True)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(ctx)  # type: ignore[arg-type]
+    trigger, method = deferred.value.trigger, deferred.value.method_name
+    assert method == RESUME_METHOD and type(trigger).__name__ == "GPUTrainingJobTrigger"
+    [first] = jobs(emulator)
+    assert len(json.dumps(trigger.serialize()[1])) < 60_000  # one Job and Service, and a delta per placement
+
+    async def until_the_end() -> dict[str, Any]:
+        async def event() -> dict[str, Any]:
+            async for fired in trigger.run():
+                return dict(fired.payload)
+            raise AssertionError("no event")
+
+        waiting = asyncio.create_task(event())
+        victim = await asyncio.to_thread(running_rank, emulator, first, 1)
+        await asyncio.to_thread(emulator.preempt, victim, "default", 0)
+        return await asyncio.wait_for(waiting, 90)
+
+    payload = asyncio.run(until_the_end())
+    assert payload["job"] == f"{first}-r1"
+    resumed = training(seconds=8, deferrable=True)  # a new worker process
+    assert resumed.resume_execution(method, {"event": payload}, ctx) == {"loss": 0.25}  # type: ignore[arg-type]
+    [interruption] = ctx["ti"].xcom["gpu_interruptions"]
+    assert (interruption["workload"], interruption["outcome"]) == (first, "preempted")
+    assert ctx["task_state_store"][STATE_STORE_KEY]["open"] is False  # judged: a later try takes nothing over
+    assert jobs(emulator) == []  # the last Job deleted by the worker, the first by the trigger
