@@ -289,17 +289,37 @@ def _emulate(args: argparse.Namespace) -> str:
         return "stopped"
     from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 
-    emulator = KubernetesEmulator(args.cluster, port=args.port)
+    if args.scale is not None:
+        from airflow_gpu.testing.kubernetes.scale import describe, scale_cluster
+
+        emulator = KubernetesEmulator(scale_cluster(args.scale), port=args.port)
+    else:
+        emulator = KubernetesEmulator(args.cluster or "demo", port=args.port)
 
     def announce(running: KubernetesEmulator) -> None:
         print(
             f"Kubernetes API emulator ({running.spec.name} cluster, {len(running.spec.nodes)} nodes) at {running.url}"
         )
+        if args.scale is not None:
+            print(f"nodes: {describe(args.scale)}; simulated.local/... images run no process")
         print(f"kubeconfig: {args.kubeconfig}")
         print(f"export KUBECONFIG={args.kubeconfig}", flush=True)
 
     emulator.serve_forever(kubeconfig=args.kubeconfig, announce=announce)
     return "stopped"
+
+
+def _node_count(value: str) -> int:
+    """``--scale``: a whole number of nodes the scale cluster accepts (``scale.group_sizes``)."""
+    from airflow_gpu.testing.kubernetes.cluster import MAX_GROUP_SIZE
+
+    try:
+        count = int(value)
+    except ValueError:
+        count = 0
+    if not 1 <= count <= MAX_GROUP_SIZE:
+        raise argparse.ArgumentTypeError(f"a whole number of nodes from 1 to {MAX_GROUP_SIZE:,}; got {value!r}")
+    return count
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -357,7 +377,14 @@ def build_parser() -> argparse.ArgumentParser:
     emulate = commands.add_parser("emulate", help="serve a local emulator of a cloud API")
     emulated = emulate.add_subparsers(dest="backend", required=True, parser_class=_Parser)
     kubernetes = emulated.add_parser("kubernetes", help="a Kubernetes API with GPU nodes and spot faults")
-    kubernetes.add_argument("--cluster", default="demo", help="'demo' or a cluster YAML file")
+    cluster = kubernetes.add_mutually_exclusive_group()
+    cluster.add_argument("--cluster", help="'demo' (the default) or a cluster YAML file")
+    cluster.add_argument(
+        "--scale",
+        type=_node_count,
+        metavar="NODES",
+        help="a GPU fleet of NODES virtual nodes (H100, A100, L4, CPU; spot and on-demand) for load tests",
+    )
     kubernetes.add_argument("--kubeconfig", default=".emulator/kubeconfig", help="where to write the kubeconfig")
     kubernetes.add_argument("--port", type=int, default=0, help="0 picks a free port")
     batch = emulated.add_parser("batch", help="AWS Batch with GPU queues (gpu-spot, gpu-on-demand) and spot faults")

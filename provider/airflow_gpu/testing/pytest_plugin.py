@@ -10,6 +10,11 @@ Fixtures:
     4x L4 node, a CPU node) and ``.kubeconfig_path``. Each test gets a fresh cluster; every process
     it started is stopped when the test ends, passed or failed. A Job's failed pod is replaced
     after 1 s, 2 s, 4 s... here (10 s, 20 s, 40 s... on a cluster).
+``kubernetes_scale_emulator``
+    A factory: ``kubernetes_scale_emulator(nodes=1000)`` starts an emulator with the scale cluster
+    (``airflow_gpu.testing.kubernetes.scale``: H100, A100, L4 and CPU node groups, spot and
+    on-demand) and returns it, with ``.kubeconfig_path``; pods with ``simulated.local/...`` images
+    run no process, so a test can hold thousands. Every emulator it started stops when the test ends.
 ``kubernetes_default_connection``
     The emulator, with Airflow's ``kubernetes_default`` connection pointed at it for the test.
 ``batch_emulator``
@@ -23,7 +28,7 @@ Fixtures:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import pytest
@@ -44,6 +49,26 @@ def kubernetes_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ku
         yield emulator
     finally:
         emulator.stop()
+
+
+@pytest.fixture
+def kubernetes_scale_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., KubernetesEmulator]]:
+    from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
+    from airflow_gpu.testing.kubernetes.scale import scale_cluster
+
+    started: list[KubernetesEmulator] = []
+
+    def start(nodes: int = 1000) -> KubernetesEmulator:
+        emulator = KubernetesEmulator(scale_cluster(nodes), job_backoff_seconds=1)
+        started.append(emulator.start())
+        emulator.kubeconfig_path = emulator.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
+        return emulator
+
+    try:
+        yield start
+    finally:
+        for emulator in started:
+            emulator.stop()
 
 
 @pytest.fixture

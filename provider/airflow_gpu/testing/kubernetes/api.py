@@ -322,8 +322,8 @@ async def _watch(
             if cut_after is not None and sent >= cut_after:
                 _cut(request)
                 break
-            event, obj = item
-            await response.write((json.dumps({"type": event, "object": obj}) + "\n").encode())
+            event, encoded = item  # the object as it was then, encoded once by the store
+            await response.write(f'{{"type":"{event}","object":{encoded}}}\n'.encode())
             sent += 1
         else:
             if bookmarks:
@@ -580,12 +580,15 @@ async def eviction(request: web.Request) -> web.Response:
 
 
 async def control(request: web.Request) -> web.Response:
-    """``POST /_emulator/{action}`` with JSON; ``GET /_emulator/faults`` lists what was injected."""
+    """``POST /_emulator/{action}`` with JSON; ``GET /_emulator/faults`` lists what was injected,
+    ``GET /_emulator/phase-times[?namespace=]`` when each pod reached each phase (``phase_clock``)."""
     state = _state(request)
     action = request.match_info["action"]
     if request.method == "GET":
         if action == "faults":
             return _json({"faults": state.faults})
+        if action == "phase-times":
+            return _json({"pods": state.phase_clock.times(request.query.get("namespace"))})
         raise ApiError(404, "NotFound", f"unknown emulator endpoint {action!r}")
     body = await _body(request)
     if not isinstance(body, dict):
@@ -600,6 +603,12 @@ async def control(request: web.Request) -> web.Response:
         result = state.cordon(body["node"], body.get("unschedulable", True))
     elif action == "remove-node":
         result = {"deleted_pods": await state.remove_node(body["node"])}
+    elif action == "finish":  # {"namespace", "pods": [...] or "pod", "exit_code"}: simulated workloads done
+        namespace, code = body.get("namespace", "default"), body.get("exit_code", 0)
+        pods = body.get("pods") if "pods" in body else [body.get("pod")]
+        if isinstance(code, bool) or not isinstance(code, int) or not isinstance(pods, list):
+            raise bad_request("finish takes 'pods' (a list of names) or 'pod', and an integer 'exit_code'")
+        result = {"finished": {pod: state.finish(namespace, str(pod), code) for pod in pods}}
     elif action == "add-node":
         result = state.add_node(NodeSpec.from_dict(body))
     elif action == "api-fault":

@@ -15,17 +15,24 @@ catalog, so the emulated nodes look like the ones the translations target.
         labels: {team: research}
         taints: [{key: dedicated, value: ml, effect: NoSchedule}]
         arch: amd64                    # kubernetes.io/arch (amd64 unless given)
+      - name: h100-spot                # a node group: h100-spot-1 ... h100-spot-500, alike
+        count: 500
+        accelerator: H100-80GB-SXM:8
+        capacity_type: spot
     missing_images:                    # images that do not exist: ErrImagePull, ImagePullBackOff
       - registry.example.com/team/trainer:no-such-tag
 
 Every node carries the labels every kubelet sets on its Node (``kubernetes.io/hostname`` = the
 node name, ``kubernetes.io/os=linux``, ``kubernetes.io/arch`` and their ``beta.kubernetes.io/``
 forms, still set by the 1.33 kubelet), so node selectors and affinities on them schedule.
+
+A node entry with ``count: N`` is a node group: N nodes alike, named ``<name>-1`` to ``<name>-N``,
+as a cloud's node group or Karpenter pool gives them. ``scale.py`` builds a fleet of such groups.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +42,14 @@ from airflow_gpu.accelerators.spec import Accelerator
 CAPACITY_TYPE_LABELS = {"spot": ("spot", "SPOT"), "on-demand": ("on-demand", "ON_DEMAND")}
 #: ``GOARCH`` values of the architectures Kubernetes releases node binaries for.
 ARCHITECTURES = ("amd64", "arm64", "arm", "ppc64le", "s390x", "386")
+#: The most nodes one group may have: more than the emulator holds (10,000s), fewer than a typo makes.
+MAX_GROUP_SIZE = 100_000
+
+
+def node_address(index: int) -> str:
+    """The InternalIP of the cluster's ``index``-th node: 10.0.0.10 on, valid for any number of nodes."""
+    number = index + 10
+    return f"10.{(number >> 16) & 255}.{(number >> 8) & 255}.{number & 255}"
 
 
 @dataclass(frozen=True)
@@ -50,16 +65,29 @@ class NodeSpec:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> NodeSpec:
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(data) - known)
-        if unknown or "name" not in data:
-            raise ValueError(
-                f"node {data.get('name', '?')!r}: unknown keys {unknown}" if unknown else "node needs a name"
-            )
+        """One node from its cluster-file entry; a ValueError names the field, the value and what
+        is accepted."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a node must be a mapping of {', '.join(cls.__dataclass_fields__)}; got {data!r}")
+        known = list(cls.__dataclass_fields__)
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise ValueError(f"node {data.get('name', '?')!r}: unknown keys {unknown}; known: {', '.join(known)}")
+        if not isinstance(data.get("name"), str) or not data["name"]:
+            raise ValueError(f"a node needs a name (a non-empty string); got {data.get('name')!r}")
         if data.get("capacity_type", "on-demand") not in CAPACITY_TYPE_LABELS:
-            raise ValueError(f"node {data['name']!r}: capacity_type must be spot or on-demand")
+            raise ValueError(
+                f"node {data['name']!r}: capacity_type must be spot or on-demand; got {data['capacity_type']!r}"
+            )
         if data.get("arch", "amd64") not in ARCHITECTURES:
-            raise ValueError(f"node {data['name']!r}: arch must be one of {', '.join(ARCHITECTURES)}")
+            raise ValueError(
+                f"node {data['name']!r}: arch must be one of {', '.join(ARCHITECTURES)}; got {data['arch']!r}"
+            )
+        if data.get("accelerator") is not None:
+            try:
+                Accelerator.parse(str(data["accelerator"]))
+            except ValueError as error:
+                raise ValueError(f"node {data['name']!r}: accelerator {data['accelerator']!r}: {error}") from None
         return cls(
             name=str(data["name"]),
             accelerator=data.get("accelerator"),
@@ -113,7 +141,7 @@ class NodeSpec:
                     }
                 ],
                 "addresses": [
-                    {"type": "InternalIP", "address": f"10.0.0.{index + 10}"},
+                    {"type": "InternalIP", "address": node_address(index)},
                     {"type": "Hostname", "address": self.name},
                 ],
                 "nodeInfo": {
@@ -130,6 +158,23 @@ class NodeSpec:
                 },
             },
         }
+
+
+def node_group(data: dict[str, Any]) -> tuple[NodeSpec, ...]:
+    """A node entry of a cluster file: one node, or with ``count: N`` N nodes alike, named
+    ``<name>-1`` to ``<name>-N``."""
+    if isinstance(data, dict) and (unknown := sorted(set(data) - {"count", *NodeSpec.__dataclass_fields__})):
+        known = ", ".join(["count", *NodeSpec.__dataclass_fields__])
+        raise ValueError(f"node {data.get('name', '?')!r}: unknown keys {unknown}; known: {known}")
+    if not isinstance(data, dict) or "count" not in data:
+        return (NodeSpec.from_dict(data),)
+    count = data["count"]
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_GROUP_SIZE:
+        raise ValueError(
+            f"node {data.get('name', '?')!r}: count must be a whole number from 1 to {MAX_GROUP_SIZE:,}; got {count!r}"
+        )
+    template = NodeSpec.from_dict({key: value for key, value in data.items() if key != "count"})
+    return tuple(replace(template, name=f"{template.name}-{i}") for i in range(1, count + 1))
 
 
 def accelerator_labels(spec: Accelerator) -> dict[str, str]:
@@ -182,7 +227,16 @@ class ClusterSpec:
         missing = data.get("missing_images") or []
         if not isinstance(missing, list) or not all(isinstance(image, str) and image for image in missing):
             raise ValueError("'missing_images' must be a list of image references")
-        return cls(str(data.get("name", name)), tuple(NodeSpec.from_dict(n) for n in nodes), tuple(missing))
+        expanded = tuple(node for entry in nodes for node in node_group(entry))
+        seen: set[str] = set()
+        for node in expanded:
+            if node.name in seen:
+                raise ValueError(
+                    f"node names must be unique; {node.name!r} comes twice (a group with count: N names its "
+                    "nodes <name>-1 to <name>-N)"
+                )
+            seen.add(node.name)
+        return cls(str(data.get("name", name)), expanded, tuple(missing))
 
     @classmethod
     def load(cls, source: str | Path) -> ClusterSpec:

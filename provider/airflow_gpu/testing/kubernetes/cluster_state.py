@@ -23,8 +23,9 @@ from airflow_gpu.testing.kubernetes.device_plugin import DevicePlugin
 from airflow_gpu.testing.kubernetes.images import ImageRegistry, wait_for_images
 from airflow_gpu.testing.kubernetes.job_controller import DEFAULT_BACKOFF_SECONDS, JobController
 from airflow_gpu.testing.kubernetes.job_spec import default_job, job_invalid, validate_job, validate_job_update
-from airflow_gpu.testing.kubernetes.kubelet import PodRun, container_id, container_status
+from airflow_gpu.testing.kubernetes.kubelet import PodRun, container_id, container_status, simulation
 from airflow_gpu.testing.kubernetes.objects import (
+    bad_request,
     invalid,
     name_from_generate_name,
     new_uid,
@@ -32,7 +33,8 @@ from airflow_gpu.testing.kubernetes.objects import (
     timestamp,
     validate_pod,
 )
-from airflow_gpu.testing.kubernetes.scheduler import schedule
+from airflow_gpu.testing.kubernetes.phase_clock import PhaseClock
+from airflow_gpu.testing.kubernetes.scheduler_cache import SchedulerCache
 from airflow_gpu.testing.kubernetes.service_accounts import ServiceAccountController, admit_pod
 from airflow_gpu.testing.kubernetes.store import Obj, Store
 
@@ -74,6 +76,12 @@ def _condition(kind: str, status: str, reason: str | None = None, message: str |
     return condition
 
 
+def pod_address(number: int) -> str:
+    """The ``number``-th pod IP: 10.244.0.2 on, 250 to a /24, valid past 64,000 pods."""
+    block = number // 250
+    return f"10.{244 + block // 256}.{block % 256}.{number % 250 + 2}"
+
+
 def set_condition(pod: Obj, condition: dict[str, Any]) -> None:
     conditions = [c for c in pod["status"].get("conditions") or [] if c["type"] != condition["type"]]
     pod["status"]["conditions"] = [*conditions, condition]
@@ -84,6 +92,8 @@ class ClusterState:
         self, cluster: ClusterSpec, api_host: str = "127.0.0.1", job_backoff_seconds: float = DEFAULT_BACKOFF_SECONDS
     ) -> None:
         self.store = Store()
+        self.scheduler = SchedulerCache(self.store)  # follows every change from the first
+        self.phase_clock = PhaseClock(self.store)
         self.cluster = cluster
         self.api_host = api_host
         self.api_port = 0
@@ -100,6 +110,9 @@ class ClusterState:
         self._final: dict[tuple[str, str], tuple[str, str]] = {}
         #: Deletions in progress (the kubelet's SIGTERM, grace period, removal), by pod.
         self._deleting: dict[tuple[str, str], asyncio.Task[Any]] = {}
+        #: The events this cluster's components recorded, by (namespace, object uid, reason, message):
+        #: a repeat counts up on the same Event, found without reading every Event of the namespace.
+        self._events: dict[tuple[str, str, str, str], str] = {}
         self.service_accounts = ServiceAccountController(self.store)
         self.images = ImageRegistry(cluster.missing_images)
         for namespace in ("default", "kube-system", "kube-public"):
@@ -180,18 +193,21 @@ class ClusterState:
         """An Event about ``obj``; a repeat of the same reason and message counts up instead."""
         metadata = obj["metadata"]
         namespace = metadata.get("namespace") or "default"
-        for event in self.store.list("events", namespace):
-            involved = event["involvedObject"]
-            if involved.get("uid") == metadata.get("uid") and event["reason"] == reason and event["message"] == message:
-                event["count"] = event.get("count", 1) + 1
-                event["lastTimestamp"] = timestamp()
-                self.store.update("events", event)
-                return
+        key = (namespace, str(metadata.get("uid")), reason, message)
+        known = self._events.get(key)
+        event = self.store.find("events", namespace, known) if known is not None else None
+        if event is not None and event["involvedObject"].get("uid") == metadata.get("uid"):
+            event["count"] = event.get("count", 1) + 1
+            event["lastTimestamp"] = timestamp()
+            self.store.update("events", event)
+            return
+        name = f"{metadata['name']}.{secrets.token_hex(8)}"
+        self._events[key] = name
         self.store.create(
             "events",
             namespace,
             {
-                "metadata": {"name": f"{metadata['name']}.{secrets.token_hex(8)}"},
+                "metadata": {"name": name},
                 "involvedObject": {
                     "kind": obj.get("kind"),
                     "namespace": namespace,
@@ -222,11 +238,13 @@ class ClusterState:
 
     def _schedule_pending(self) -> None:
         self._scheduling = False
-        nodes = self.store.list("nodes")
-        for pod in self.store.list("pods", matches=lambda p: not p["spec"].get("nodeName")):
-            if pod["metadata"].get("deletionTimestamp") or pod["status"].get("phase") != "Pending":
+        for namespace, name in sorted(self.scheduler.pending):  # in the order a LIST gives them
+            pod = self.store.find("pods", namespace, name)
+            if pod is None or pod["spec"].get("nodeName") or pod["metadata"].get("deletionTimestamp"):
                 continue
-            node_name, message = schedule(pod, nodes, self.store.list("pods"))
+            if pod["status"].get("phase") != "Pending":
+                continue
+            node_name, message = self.scheduler.schedule(pod)
             if node_name is None:
                 current = next((c for c in pod["status"].get("conditions") or [] if c["type"] == "PodScheduled"), None)
                 if current is None or current.get("message") != message:
@@ -243,7 +261,7 @@ class ClusterState:
         pod["status"].update(
             {
                 "hostIP": node["status"]["addresses"][0]["address"],
-                "podIP": f"10.244.{self._ip // 250}.{self._ip % 250 + 2}",
+                "podIP": pod_address(self._ip),
                 "startTime": timestamp(),
                 "containerStatuses": [
                     container_status(c, {"waiting": {"reason": "ContainerCreating"}}) for c in pod["spec"]["containers"]
@@ -258,7 +276,7 @@ class ClusterState:
             pod, "Normal", "Scheduled", f"Successfully assigned {namespace}/{name} to {node_name}", "default-scheduler"
         )
         run = PodRun(pod)
-        run.gpu_env = self.devices.allocate(pod, node_name, Path(run.workdir))
+        run.gpu_env = self.devices.allocate(pod, node_name, lambda: Path(run.workdir))
         run.resolves = lambda consumer, value: dns.resolves(self.store, consumer, value)
         self.runs[(namespace, name)] = run
         run.task = asyncio.get_running_loop().create_task(self._run_pod(namespace, name, run))
@@ -304,7 +322,7 @@ class ClusterState:
         """
         pod = self._pod(namespace, name)
         assert pod is not None
-        if not volumes.namespaces_available():
+        if not run.simulated and not volumes.namespaces_available():
             containers = [*(pod["spec"].get("initContainers") or []), *pod["spec"]["containers"]]
             if any(c.get("volumeMounts") for c in containers):
                 message = (
@@ -314,12 +332,16 @@ class ClusterState:
                 self.record_event(pod, "Warning", "FailedMount", message.format(first), "kubelet")
                 return False
             return True
-        run.volumes = volumes.PodVolumes(pod, Path(run.workdir), self.mount_points)
+        if not run.simulated:  # a simulated pod's volumes are checked, not made: nothing of it is on this host
+            run.volumes = volumes.PodVolumes(pod, Path(run.workdir), self.mount_points)
         lookup = self.store.find
         delay = 0.5
         while not run.terminating:
-            try:
-                run.volumes.prepare(lookup)  # in the loop: only the loop reads the store
+            try:  # in the loop: only the loop reads the store
+                if run.volumes is None:
+                    volumes.check_volumes(pod, lookup)
+                else:
+                    run.volumes.prepare(lookup)
                 return True
             except volumes.MountError as error:
                 current = self._pod(namespace, name)
@@ -361,7 +383,9 @@ class ClusterState:
                 "kubelet",
             )
             self.record_event(current, "Normal", "Created", f"Created container {container['name']}", "kubelet")
-            starting = asyncio.get_running_loop().create_task(run.run_container(copy.deepcopy(current), container, api))
+            # A simulated container only reads the pod; a process's environment is built from a copy.
+            pod_now = current if simulation(container) is not None else copy.deepcopy(current)
+            starting = asyncio.get_running_loop().create_task(run.run_container(pod_now, container, api))
             await run.containers[container["name"]].started.wait()
             if not run.containers[container["name"]].finished:
                 self.record_event(current, "Normal", "Started", f"Started container {container['name']}", "kubelet")
@@ -723,6 +747,17 @@ class ClusterState:
             await asyncio.sleep(0.01)
         return entry
 
+    def finish(self, namespace: str, name: str, exit_code: int = 0) -> list[str]:
+        """End the pod's simulated containers now with ``exit_code``, as its workload finishing: the
+        pod then ends as it would have at the end of ``SIMULATED_SECONDS``. Not a fault: nothing is
+        recorded. 400 for a pod with no simulated container, or not on a node yet."""
+        self.store.get("pods", namespace, name)
+        run = self.runs.get((namespace, name))
+        if run is None or not run.simulated_names:
+            what = "has no simulated container" if run is not None else "is not on a node yet"
+            raise bad_request(f"pod {namespace}/{name} {what}: only a simulated container can be finished")
+        return run.finish(exit_code)
+
     def cordon(self, node_name: str, unschedulable: bool = True) -> Obj:
         node = self.store.get("nodes", "", node_name)
         node["spec"]["unschedulable"] = unschedulable
@@ -763,7 +798,7 @@ class ClusterState:
         return [p["metadata"]["name"] for p in pods]
 
     def add_node(self, node: NodeSpec) -> Obj:
-        created = self.store.create("nodes", "", node.to_node(len(self.store.list("nodes")) + 10))
+        created = self.store.create("nodes", "", node.to_node(len(self.store.list("nodes"))))
         self.devices.add_node(node.name, node.accelerator)
         self._record_fault("add_node", node=node.name)
         self.schedule_soon()

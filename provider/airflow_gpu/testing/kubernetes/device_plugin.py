@@ -3,18 +3,21 @@
 As the real plugin does, a container that asks for ``nvidia.com/gpu: N`` is given N devices no
 other running container holds, and its environment names them (``NVIDIA_VISIBLE_DEVICES``); a
 MIG resource (``nvidia.com/mig-1g.10gb``) gives MIG devices. What the container then sees is
-``airflow_gpu.testing.gpus``.
+``airflow_gpu.testing.gpus``. A simulated container (``kubelet.simulation``) holds its devices all
+the same, but nothing is written for it: it has no process to read them.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from airflow_gpu.accelerators.quantities import parse_quantity
 from airflow_gpu.accelerators.spec import Accelerator
 from airflow_gpu.testing import gpus
+from airflow_gpu.testing.kubernetes.kubelet import simulation
 
 MIG_PREFIX = "nvidia.com/mig-"
 
@@ -25,6 +28,7 @@ class DevicePlugin:
     def __init__(self) -> None:
         self._accelerators: dict[str, Accelerator] = {}  # node -> what it carries
         self._in_use: dict[str, dict[int, tuple[str, str]]] = {}  # node -> device -> (namespace, pod)
+        self._held: dict[tuple[str, str], list[tuple[str, int]]] = {}  # (namespace, pod) -> (node, device)
 
     def add_node(self, name: str, accelerator: str | None) -> None:
         if accelerator:
@@ -32,8 +36,11 @@ class DevicePlugin:
             if spec.catalog_entry.vendor == "nvidia":
                 self._accelerators[name] = spec
 
-    def allocate(self, pod: dict[str, Any], node: str, workdir: Path) -> dict[str, dict[str, str]]:
-        """Per container name, the environment its devices add (empty for a container without GPUs)."""
+    def allocate(self, pod: dict[str, Any], node: str, workdir: Callable[[], Path]) -> dict[str, dict[str, str]]:
+        """Per container name, the environment its devices add (empty for a container without GPUs).
+
+        ``workdir`` gives the pod's work directory, where a container's devices are written; it is
+        asked for only when a container with a process has devices."""
         spec = self._accelerators.get(node)
         if spec is None:
             return {}
@@ -47,6 +54,9 @@ class DevicePlugin:
             if whole:
                 free = [i for i in range(spec.count) if i not in held][:whole]
                 held.update(dict.fromkeys(free, key))
+                self._held.setdefault(key, []).extend((node, index) for index in free)
+                if simulation(container) is not None:
+                    continue
                 devices = gpus.devices(spec.type, free, node, memory_gb=spec.variants[0].memory_gb)
             elif mig and mig[1]:
                 devices = gpus.devices(
@@ -54,12 +64,14 @@ class DevicePlugin:
                 )
             else:
                 continue
-            allocated[container["name"]] = gpus.install(devices, workdir / "gpus" / container["name"])
+            if simulation(container) is None:
+                allocated[container["name"]] = gpus.install(devices, workdir() / "gpus" / container["name"])
         return allocated
 
     def release(self, namespace: str, name: str) -> None:
-        for held in self._in_use.values():
-            for index in [i for i, owner in held.items() if owner == (namespace, name)]:
+        for node, index in self._held.pop((namespace, name), ()):
+            held = self._in_use.get(node, {})
+            if held.get(index) == (namespace, name):
                 del held[index]
 
 

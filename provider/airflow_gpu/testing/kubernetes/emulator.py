@@ -232,6 +232,21 @@ class KubernetesEmulator:
         spec = node if isinstance(node, NodeSpec) else NodeSpec.from_dict(node)
         self._sync(self._state().add_node, spec)
 
+    def finish(self, *pods: str, namespace: str = "default", exit_code: int = 0) -> dict[str, list[str]]:
+        """End the pods' simulated containers now with ``exit_code``: their workloads are done, and
+        each pod ends as it would at the end of its ``SIMULATED_SECONDS``. Per pod, the containers
+        it ended. Raises ``ApiError`` (400) for a pod with no simulated container or not on a node."""
+
+        async def finish_all() -> dict[str, list[str]]:
+            return {pod: self._state().finish(namespace, pod, exit_code) for pod in pods}
+
+        return self._call(finish_all())
+
+    def pod_phase_times(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        """When each pod first showed each phase and when it was deleted, as ``time.time()`` values
+        to the microsecond (``phase_clock``): what a latency measurement starts from."""
+        return list(self._sync(self._state().phase_clock.times, namespace))
+
     @property
     def faults(self) -> list[dict[str, Any]]:
         """Every fault injected so far, oldest first."""

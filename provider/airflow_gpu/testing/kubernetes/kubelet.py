@@ -256,13 +256,23 @@ class PodRun:
             for c in spec.get("containers") or []
         }
         self.containers = {name: ContainerRun(name) for name in [*self.init_names, *self.names]}
-        self.workdir = tempfile.mkdtemp(prefix=f"kubelet-{pod['metadata']['name']}-")
+        self._pod_name = pod["metadata"]["name"]
+        every = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+        self.simulated_names = {c["name"] for c in every if simulation(c) is not None}
+        #: Every container is simulated: nothing of the pod exists on this host (no process, no volume).
+        self.simulated = len(self.simulated_names) == len(every)
         self.task: asyncio.Task[None] | None = None
         self.terminating = False
         self.gpu_env: dict[str, dict[str, str]] = {}  # container -> its devices (the device plugin)
         self.resolves: Resolver | None = None  # cluster DNS names to this host (set by the cluster)
         #: The pod's volumes, once made; None where this machine has no mount namespaces.
         self.volumes: PodVolumes | None = None
+
+    @functools.cached_property
+    def workdir(self) -> str:
+        """The pod's directory on this host, made when first needed: a simulated pod never needs one,
+        and ten thousand of them leave no ten thousand directories behind."""
+        return tempfile.mkdtemp(prefix=f"kubelet-{self._pod_name}-")
 
     def release(self) -> None:
         """Undo what the pod left on this host: its processes' pipes, its volumes (tmpfs mounts) and
@@ -272,7 +282,19 @@ class PodRun:
                 run.transport.close()
         if self.volumes is not None:
             self.volumes.release()
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        if "workdir" in self.__dict__:  # made (cached_property keeps it there)
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def finish(self, exit_code: int) -> list[str]:
+        """End every simulated container that has not ended with ``exit_code``, now: the workload is
+        done (one not started yet ends as soon as it starts). The names of those it ended."""
+        ended = []
+        for name, run in self.containers.items():
+            if not run.finished and not run.exited.is_set() and (run.simulated or name in self.simulated_names):
+                run.exit_code = exit_code
+                run.exited.set()
+                ended.append(name)
+        return ended
 
     def is_running(self) -> bool:
         """Whether any container still runs, a process or a simulated one."""

@@ -52,7 +52,7 @@ def _target(state: ClusterState, namespace: str, name: str, query: Any) -> tuple
     run = state.runs.get((namespace, name))
     target = run.containers[container] if run is not None else None
     pid = target.namespace_pid() if target is not None else None
-    if run is not None and run.volumes is None:  # a plain host process: an exec would reach the host
+    if run is not None and run.volumes is None and not run.simulated:  # a host process: exec would reach the host
         raise bad_request("unable to upgrade connection: this machine gives containers no namespaces to exec into")
     if run is None or target is None or pid is None:
         raise bad_request(f'unable to upgrade connection: container not found ("{container}")')

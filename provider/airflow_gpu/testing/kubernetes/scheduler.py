@@ -5,6 +5,11 @@ the pod does not tolerate, node selector and required node affinity, then resour
 allocatable minus what running pods requested). The first failing filter is a node's reason; a pod
 that fits nowhere gets kube-scheduler's message, e.g.
 ``0/4 nodes are available: 1 node(s) had untolerated taint {nvidia.com/gpu: present}, 2 Insufficient nvidia.com/gpu.``
+
+``schedule`` is the definition, read straight from the nodes and pods. The emulator decides through
+``scheduler_cache.SchedulerCache``, which gives the same answers from state kept up to date by the
+store's events, at a cost per kind of node rather than per node and pod; a property test
+(``tests/testing/kubernetes/test_scheduler_cache.py``) holds the two together.
 """
 
 from __future__ import annotations

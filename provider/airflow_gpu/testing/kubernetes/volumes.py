@@ -167,6 +167,51 @@ def _hostpath(volume: str, source: Obj) -> Path:
     return path
 
 
+def _volume_files(pod: Obj, volume: Obj, lookup: Lookup, namespace: str) -> dict[str, tuple[bytes, int]] | None:
+    """The files of a configMap, secret, downwardAPI or projected volume; None for any other kind."""
+    name = volume["name"]
+    if source := volume.get("configMap"):
+        mode = int(source.get("defaultMode", DEFAULT_MODE))
+        data = _config_map_data(lookup, namespace, source.get("name", ""))
+        return _key_files("configmap", source, data, name, mode)
+    if source := volume.get("secret"):
+        mode = int(source.get("defaultMode", DEFAULT_MODE))
+        data = _secret_data(lookup, namespace, source.get("secretName", ""))
+        return _key_files("secret", {**source, "name": source.get("secretName", "")}, data, name, mode)
+    if source := volume.get("downwardAPI"):
+        return _downward_files(pod, source.get("items") or [], int(source.get("defaultMode", DEFAULT_MODE)))
+    if source := volume.get("projected"):
+        mode = int(source.get("defaultMode", DEFAULT_MODE))
+        files: dict[str, tuple[bytes, int]] = {}
+        for part in source.get("sources") or []:
+            if cm := part.get("configMap"):
+                files |= _key_files(
+                    "configmap", cm, _config_map_data(lookup, namespace, cm.get("name", "")), name, mode
+                )
+            elif secret := part.get("secret"):
+                files |= _key_files(
+                    "secret", secret, _secret_data(lookup, namespace, secret.get("name", "")), name, mode
+                )
+            elif downward := part.get("downwardAPI"):
+                files |= _downward_files(pod, downward.get("items") or [], mode)
+            elif token := part.get("serviceAccountToken"):
+                files[token.get("path", "token")] = (SERVICE_ACCOUNT_TOKEN.encode(), mode)
+        return files
+    return None
+
+
+def check_volumes(pod: Obj, lookup: Lookup) -> None:
+    """Raise ``MountError`` where ``PodVolumes.prepare`` would, making nothing: for a pod whose
+    containers are all simulated, which has no process to see its volumes. A missing ConfigMap or
+    Secret, or a kind not emulated, still keeps it in ContainerCreating, as on a node."""
+    namespace = pod["metadata"].get("namespace", "default")
+    for volume in pod["spec"].get("volumes") or []:
+        kinds = [key for key in volume if key != "name"]
+        if kinds and kinds[0] not in EMULATED:
+            raise MountError(volume["name"], f"{kinds[0]} volumes are not emulated (airflow-gpu emulate kubernetes)")
+        _volume_files(pod, volume, lookup, namespace)
+
+
 class PodVolumes:
     """The volumes of one pod on this host, and what they left to undo."""
 
@@ -192,7 +237,7 @@ class PodVolumes:
             kinds = [key for key in volume if key != "name"]
             if kinds and kinds[0] not in EMULATED:  # never run without a volume: fail its mount
                 raise MountError(name, f"{kinds[0]} volumes are not emulated (airflow-gpu emulate kubernetes)")
-            files = self._files(volume, lookup, namespace)
+            files = _volume_files(self.pod, volume, lookup, namespace)
             if files is None:  # emptyDir (the API server's default source too): an empty directory
                 directory.mkdir(parents=True, exist_ok=True)
                 directory.chmod(0o777)
@@ -202,37 +247,6 @@ class PodVolumes:
             else:
                 _write_files(directory, files)
             self.paths[name] = directory
-
-    def _files(self, volume: Obj, lookup: Lookup, namespace: str) -> dict[str, tuple[bytes, int]] | None:
-        name = volume["name"]
-        if source := volume.get("configMap"):
-            mode = int(source.get("defaultMode", DEFAULT_MODE))
-            data = _config_map_data(lookup, namespace, source.get("name", ""))
-            return _key_files("configmap", source, data, name, mode)
-        if source := volume.get("secret"):
-            mode = int(source.get("defaultMode", DEFAULT_MODE))
-            data = _secret_data(lookup, namespace, source.get("secretName", ""))
-            return _key_files("secret", {**source, "name": source.get("secretName", "")}, data, name, mode)
-        if source := volume.get("downwardAPI"):
-            return _downward_files(self.pod, source.get("items") or [], int(source.get("defaultMode", DEFAULT_MODE)))
-        if source := volume.get("projected"):
-            mode = int(source.get("defaultMode", DEFAULT_MODE))
-            files: dict[str, tuple[bytes, int]] = {}
-            for part in source.get("sources") or []:
-                if cm := part.get("configMap"):
-                    files |= _key_files(
-                        "configmap", cm, _config_map_data(lookup, namespace, cm.get("name", "")), name, mode
-                    )
-                elif secret := part.get("secret"):
-                    files |= _key_files(
-                        "secret", secret, _secret_data(lookup, namespace, secret.get("name", "")), name, mode
-                    )
-                elif downward := part.get("downwardAPI"):
-                    files |= _downward_files(self.pod, downward.get("items") or [], mode)
-                elif token := part.get("serviceAccountToken"):
-                    files[token.get("path", "token")] = (SERVICE_ACCOUNT_TOKEN.encode(), mode)
-            return files
-        return None
 
     def _mount_tmpfs(self, name: str, directory: Path, size_limit: Any) -> None:
         options = "mode=1777" + (f",size={_quantity_bytes(size_limit)}" if size_limit is not None else "")
