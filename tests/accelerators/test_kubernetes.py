@@ -6,9 +6,12 @@ field name the API does not have would be dropped on the way and fail the compar
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from kubernetes.client import ApiClient
 from kubernetes.client import models as k8s
 
@@ -237,3 +240,18 @@ def test_shared_memory_can_be_turned_off_and_is_checked() -> None:
         kube.shared_memory_volume(spec, "64Qi")
     with pytest.raises(AcceleratorSpecError, match="must be smaller than it"):
         kube.shared_memory_volume(spec, "64Gi", "32Gi")
+
+
+@given(
+    st.datetimes(min_value=datetime(1970, 1, 2), max_value=datetime(2200, 1, 1)),
+    st.sampled_from(["", ".5", ".123456", ".123456789"]),
+)
+def test_api_timestamps_deserialise_as_the_client_reads_them(moment: datetime, fraction: str) -> None:
+    """The fast timestamp path (``fromisoformat``) gives what the client's dateutil parse gives, for
+    every RFC 3339 shape the API server writes (seconds, micro- and nanosecond fractions)."""
+    import dateutil.parser
+    from kubernetes.client import V1ContainerStateTerminated
+
+    text = moment.strftime("%Y-%m-%dT%H:%M:%S") + fraction + "Z"
+    state = to_model({"exitCode": 0, "startedAt": text}, V1ContainerStateTerminated)
+    assert state.started_at == dateutil.parser.parse(text)

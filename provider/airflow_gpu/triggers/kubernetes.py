@@ -333,10 +333,13 @@ def _model(pod: dict[str, Any]) -> Any:
     """
     from kubernetes.client import V1ObjectMeta, V1Pod, V1PodStatus
 
-    from airflow_gpu.utils.kubernetes import to_model
+    from airflow_gpu.utils.kubernetes import configuration, to_model
 
-    metadata = pod.get("metadata") or {}
+    metadata, shared = pod.get("metadata") or {}, configuration()
     return V1Pod(
-        metadata=V1ObjectMeta(name=metadata.get("name"), namespace=metadata.get("namespace")),
+        metadata=V1ObjectMeta(
+            name=metadata.get("name"), namespace=metadata.get("namespace"), local_vars_configuration=shared
+        ),
         status=to_model(pod.get("status") or {}, V1PodStatus),
+        local_vars_configuration=shared,
     )

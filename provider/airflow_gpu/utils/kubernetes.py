@@ -8,6 +8,7 @@ and adds a placement to a pod KPO built (``accelerators.pod_merge``).
 
 from __future__ import annotations
 
+from datetime import datetime
 from functools import cache
 from typing import Any
 
@@ -23,10 +24,32 @@ from airflow_gpu.accelerators import pod_merge
 from airflow_gpu.accelerators.kubernetes import KubernetesPlacement
 
 
+class _Deserializer(ApiClient):  # type: ignore[misc]
+    """The client's deserialiser, with API timestamps read by ``datetime.fromisoformat``.
+
+    The client parses each one with dateutil (0.6 ms): a deferred pod's status holds a dozen, and a
+    triggerer turns one into a model per pod change, thousands a minute in a fan-out. RFC 3339 as
+    the API server writes it (``2026-11-26T07:00:00Z``, fractions allowed) is what
+    ``fromisoformat`` reads since Python 3.11; anything else still goes to dateutil.
+    """
+
+    def _ApiClient__deserialize_datetime(self, string: Any) -> Any:  # the mangled name it overrides
+        try:
+            return datetime.fromisoformat(string)
+        except (TypeError, ValueError):
+            return super()._ApiClient__deserialize_datetime(string)
+
+
 @cache
 def _api_client() -> ApiClient:
     """One client for deserialising: building a ``Configuration`` per call costs ~1 ms per task."""
-    return ApiClient(configuration=Configuration())
+    return _Deserializer(configuration=Configuration())
+
+
+def configuration() -> Configuration:
+    """The deserialiser's ``Configuration``, for models built by hand: a model built without one
+    copies the default configuration (0.7 ms each)."""
+    return _api_client().configuration
 
 
 def to_model(data: dict[str, Any], model: type[Any]) -> Any:
