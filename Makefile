@@ -16,7 +16,7 @@ unexport PYTHONDONTWRITEBYTECODE
 # Programs outside Python (tools/system-packages.txt): installed when missing, or named in one line.
 SYSTEM_PACKAGES := $(PYTHON) tools/system_packages.py ensure
 
-.PHONY: install system-packages-test demo tour test test-quick lint typecheck docs pytest bench clean
+.PHONY: install system-packages-test demo tour test test-quick test-floor lint typecheck docs pytest bench clean
 
 $(BIN)/python:
 	$(SYSTEM_PACKAGES) venv
@@ -76,6 +76,23 @@ test: system-packages-test lint typecheck docs pytest
 test-quick: install
 	$(BIN)/pytest -m "not slow" -q -n 3 --ignore=tests/e2e --hypothesis-profile=quick --durations=10
 
+# The floor: every deferrable scenario and the triggers' tests against the oldest Airflow the provider
+# supports (3.2.0), in a virtual environment of its own. Not part of `make test` (it installs a second
+# Airflow and runs the deferrable end-to-end scenarios again: about 5 minutes more on 2 cores).
+FLOOR_VENV := .venv-floor
+FLOOR_TESTS := tests/triggers tests/operators/test_batch_operator_deferred.py tests/e2e -k "(deferrable or trigger) and not browser and not batch_on_emulator"
+$(FLOOR_VENV)/.installed-floor: $(BIN)/python pyproject.toml tools/airflow-floor-constraints.txt
+	$(SYSTEM_PACKAGES) venv
+	$(PYTHON) -m venv $(FLOOR_VENV)
+	$(FLOOR_VENV)/bin/python -m pip install --quiet --upgrade pip uv
+	$(FLOOR_VENV)/bin/python -m pip install --quiet "torch==2.13.0"
+	$(FLOOR_VENV)/bin/uv pip install --python $(FLOOR_VENV)/bin/python --quiet --compile-bytecode \
+		-e ".[test]" -c tools/airflow-floor-constraints.txt
+	touch $@
+
+test-floor: system-packages-test $(FLOOR_VENV)/.installed-floor
+	PATH=$(CURDIR)/$(FLOOR_VENV)/bin:$$PATH $(FLOOR_VENV)/bin/pytest -n 2 $(FLOOR_TESTS)
+
 bench: install
 	$(BIN)/python bench/import_time.py
 	$(BIN)/python bench/emulator_throughput.py
@@ -85,4 +102,4 @@ bench: install
 	$(BIN)/python bench/report_render.py
 
 clean:
-	rm -rf $(VENV) docs/_build .pytest_cache .mypy_cache .ruff_cache .hypothesis .demo .emulator
+	rm -rf $(VENV) $(FLOOR_VENV) docs/_build .pytest_cache .mypy_cache .ruff_cache .hypothesis .demo .emulator

@@ -21,6 +21,7 @@ from airflow.sdk.exceptions import TaskDeferred
 
 from airflow_gpu.operators.batch import STATE_KEY, GPUBatchOperator
 from airflow_gpu.spot.batch import CAPACITY_CANCEL_PREFIX, KILLED
+from airflow_gpu.spot.policy import Placement
 from airflow_gpu.testing.batch.compute import LOG_GROUP
 from airflow_gpu.testing.batch.emulator import BatchEmulator
 from airflow_gpu.testing.polling import wait_for
@@ -253,3 +254,25 @@ def test_racing_triggers_keep_the_oldest_job_and_cancel_the_other(aws_default_co
     states = {j["jobId"]: j for j in described(emulator)}
     wait_for(lambda: emulator._job(newer).status == "FAILED", 60, "the duplicate to stop")
     assert emulator._job(older).status != "FAILED" and states[other_try]["status"] != "FAILED"
+
+
+def test_mark_failed_also_stops_a_replacement_the_trigger_has_not_taken_up_yet(
+    aws_default_connection: BatchEmulator,
+) -> None:
+    """Mark Failed while the trigger's SubmitJob is on its way back: the trigger still names the ended
+    job, and the new one is found by name and identity tags and terminated too. A worker resubmitting
+    for this try follows such a job instead of submitting a second."""
+    emulator, context = aws_default_connection, {"ti": Ti(), "task_state_store": Store()}
+    slow = [sys.executable, "-c", "import time; time.sleep(60)"]
+    deferred = defer(context, command=slow)
+    plan = deferred.trigger.serialize()[1]["gpu_spot"]
+    batch = emulator.client("batch")
+    in_flight = batch.submit_job(**{**plan["submissions"]["0/on-demand"], "jobName": "train-r1"})["jobId"]
+    worker = operator(command=slow)
+    worker.spot_run.submissions = 1  # the worker's own resubmission of the same try, on on-demand
+    worker.spot_run.move_to(Placement(0, "on-demand"))
+    args = worker.submission_arguments(context, worker.spot_run.placement)  # type: ignore[arg-type]
+    assert args["jobName"] == "train-r1" and worker._submitted_already(args) == in_flight
+    asyncio.run(trigger_of(deferred).on_kill())
+    job = wait_for(lambda: (j := described(emulator)[1])["status"] == "FAILED" and j, 60, "the stop")
+    assert job["jobId"] == in_flight and job["statusReason"] == KILLED[0]

@@ -206,16 +206,32 @@ class GPUBatchOperator(BatchOperator):
             self.log.warning("%s is not offered by its queue; using %s", self.accelerator, placement)
             self.spot_run.move_to(placement)
         args = self.submission_arguments(context, placement)
-        self.log.info("Submitting %s on %s to queue %s", args["jobName"], self.accelerator, args["jobQueue"])
-        try:
-            self.job_id = self.gpu_hook.api.submit_job(**args)["jobId"]
-        except Exception as error:
-            raise AirflowException(f"AWS Batch refused the job: {error}") from error
+        if adopted := self._submitted_already(args):  # SubmitJob has no idempotency token
+            self.log.info("Following job %s (%s), submitted for this try already", adopted, args["jobName"])
+            self.job_id = adopted
+        else:
+            self.log.info("Submitting %s on %s to queue %s", args["jobName"], self.accelerator, args["jobQueue"])
+            try:
+                self.job_id = self.gpu_hook.api.submit_job(**args)["jobId"]
+            except Exception as error:
+                raise AirflowException(f"AWS Batch refused the job: {error}") from error
         self.spot_run.submitted(str(self.job_id))
         save_run(context, STATE_KEY, self.spot_run)  # before anything else can fail
         context["ti"].xcom_push(key=JOB_ID_XCOM_KEY, value=self.job_id)
         job = self.gpu_hook.describe_job(str(self.job_id), self.poll_interval)
         persist_job_links(context, self, self.gpu_hook, job)
+
+    def _submitted_already(self, args: Mapping[str, Any]) -> str | None:
+        """A resubmission's job this task try has already (a trigger's submit that failed on the way
+        back, or that botocore retried): found by its name and identity tags, never submitted twice."""
+        if self.spot_run.submissions == 0:
+            return None
+        identity = {k: v for k, v in args["tags"].items() if k.startswith("airflow-gpu/")}
+        mine = [
+            j for j in self.gpu_hook.jobs_named(args["jobQueue"], args["jobName"])
+            if all((j.get("tags") or {}).get(k) == v for k, v in identity.items())
+        ]  # fmt: skip
+        return str(min(mine, key=lambda j: (j.get("createdAt") or 0, j["jobId"]))["jobId"]) if mine else None
 
     def submission_arguments(self, context: Context, placement: Placement) -> dict[str, Any]:
         """SubmitJob's arguments for ``placement`` (the run's current one: the job definition is its

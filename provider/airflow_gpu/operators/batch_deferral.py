@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from airflow_gpu.accelerators import batch_job
-from airflow_gpu.spot.batch import FINAL
+from airflow_gpu.triggers import batch_resubmission as resubmission
 from airflow_gpu.triggers.batch_resubmission import placement_key
 
 if TYPE_CHECKING:
@@ -58,10 +58,5 @@ def resubmission_plan(operator: GPUBatchOperator, context: Context) -> dict[str,
 
 def live_jobs(hook: GPUBatchHook, queues: list[str], first_name: str, identity: dict[str, str]) -> list[dict[str, Any]]:
     """This task try's replacement jobs (``<first_name>-r<N>``, its identity tags) that have not ended."""
-    found: list[dict[str, Any]] = []
-    for queue in sorted(set(queues)):
-        for job in hook.jobs_named(queue, f"{first_name}-r*"):
-            tags = job.get("tags") or {}
-            if job["status"] not in FINAL and all(tags.get(k) == v for k, v in identity.items()):
-                found.append(job)
-    return found
+    spot = {"identity": identity, "first_name": first_name, "submissions": {q: {"jobQueue": q} for q in queues}}
+    return resubmission.live_jobs(hook, spot)

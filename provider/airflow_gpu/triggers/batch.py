@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_gpu.spot.batch import FINAL, KILLED, CapacityClock, capacity_cancel_reason
-from airflow_gpu.triggers.batch_resubmission import DUPLICATE_REASON, BatchResubmission
+from airflow_gpu.triggers.batch_resubmission import DUPLICATE_REASON, BatchResubmission, live_jobs
 from airflow_gpu.triggers.resume_dwell import dwell
 
 #: Polling rounds a job may be missing from DescribeJobs before the trigger gives up on it.
@@ -160,6 +160,7 @@ class GPUBatchJobTrigger(BaseTrigger):
                         resubmission.run.restore(before)
                         self.job_id = payload["job_id"] = str(ended["jobId"])
                         payload["message"] = f"the trigger could not submit the next job: {error}"
+                if resubmission is not None:  # every event: an error after a resubmission keeps its record
                     payload[STATE_KEY] = resubmission.run.to_json()
                 payload.pop("job", None)
                 await asyncio.gather(*self._printing)  # the interrupted jobs' logs, before the task resumes
@@ -201,7 +202,14 @@ class GPUBatchJobTrigger(BaseTrigger):
                 return
             if clock is not None and clock.expired(job["status"], time.monotonic()):
                 if carry_on:
-                    job = await asyncio.to_thread(self._cancel_for_capacity, await self._hook(), job)
+                    try:
+                        job = await asyncio.to_thread(self._cancel_for_capacity, await self._hook(), job)
+                    except Exception as error:  # throttled, or a 5xx: the job is still ours to follow
+                        errors += 1
+                        if errors >= self.max_errors:
+                            yield TriggerEvent({"status": "error", "job_id": self.job_id, "message": str(error)})
+                            return
+                        continue
                     if job["status"] in FINAL:
                         yield TriggerEvent(
                             {"status": "done", "job_id": self.job_id, "job_status": job["status"], "job": job}
@@ -300,5 +308,9 @@ class GPUBatchJobTrigger(BaseTrigger):
             hook = await self._hook()
             await asyncio.to_thread(partial(hook.api.terminate_job, jobId=self.job_id, reason=KILLED[0]))
             self.log.info("Terminated AWS Batch job %s", self.job_id)
+            if self.gpu_spot is not None:  # a replacement submitted while the kill came in runs on otherwise
+                for job in await asyncio.to_thread(live_jobs, hook, self.gpu_spot):
+                    await asyncio.to_thread(partial(hook.api.terminate_job, jobId=job["jobId"], reason=KILLED[0]))
+                    self.log.info("Terminated AWS Batch job %s of this task try", job["jobId"])
         except Exception:
             self.log.exception("Could not terminate AWS Batch job %s", self.job_id)

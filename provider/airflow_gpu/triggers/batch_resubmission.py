@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_gpu.spot.batch import classify_attempts, classify_job, queue_name
+from airflow_gpu.spot.batch import FINAL, classify_attempts, classify_job, queue_name
 from airflow_gpu.spot.classifier import Classification, Outcome
 from airflow_gpu.spot.policy import Decision, Placement, SpotPolicy
 from airflow_gpu.spot.run import SpotRun
@@ -120,4 +120,17 @@ def _container_overrides(args: dict[str, Any]) -> list[dict[str, Any]]:
     for node_range in (args.get("nodeOverrides") or {}).get("nodePropertyOverrides") or []:
         if isinstance(node_range.get("containerOverrides"), dict):
             found.append(node_range["containerOverrides"])
+    return found
+
+
+def live_jobs(hook: Any, spot: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """This task try's jobs named ``<first>-r<N>`` that have not ended, in every queue the plan submits
+    to (``hook``: a ``GPUBatchHook``): what a kill or a timed-out deferral must not leave running."""
+    identity, first_name = dict(spot["identity"]), str(spot["first_name"])
+    found: list[dict[str, Any]] = []
+    for queue in sorted({str(arguments["jobQueue"]) for arguments in spot["submissions"].values()}):
+        for job in hook.jobs_named(queue, f"{first_name}-r*"):
+            tags = job.get("tags") or {}
+            if job["status"] not in FINAL and all(tags.get(k) == v for k, v in identity.items()):
+                found.append(job)
     return found
