@@ -27,7 +27,7 @@ from kubernetes import client, config, watch
 from airflow_gpu.testing.batch.emulator import BatchEmulator
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 from tests.e2e.scenarios import Injector, Scenario, ScenarioRun, scenarios
-from tests.e2e.test_gpu_lifecycle import kill_worker, task_log
+from tests.e2e.test_gpu_lifecycle import task_log
 
 pytestmark = pytest.mark.slow
 
@@ -108,36 +108,6 @@ class DeferredRankOneReclaimer(RankOneReclaimer):
         self.jobs.start()
         try:
             super().inject()
-            self.stop.wait()
-        finally:
-            self.jobs.stop.set()
-            self.jobs.join(timeout=10)
-
-
-class TrainingWorkerKiller(Injector):
-    """Kills the task's worker once both machines train, then waits for the next try to take the Job over."""
-
-    def inject(self) -> None:
-        self.jobs = JobHistory(self.emulator)
-        self.jobs.start()
-        try:
-            run = self.scenario_run
-            core = client.CoreV1Api(api(self.emulator))
-
-            def training() -> bool:
-                pods = core.list_namespaced_pod("default", label_selector=f"{INDEX}=1").items
-                return any(
-                    p.status.phase == "Running"
-                    and b"rank 1 epoch 0" in core.read_namespaced_pod_log(p.metadata.name, "default",
-                                                                          _preload_content=False).data
-                    for p in pods
-                )  # fmt: skip
-
-            self.until(training, 300, "both machines to train")
-            [ti] = run.task_instances()
-            kill_worker(run.stack, ti["id"])
-            self.until(lambda: "Reattached to training Job" in task_log(run.stack, run.dag_id, run.run_id, 2), 300,
-                       "the second try to take the Job over")  # fmt: skip
             self.stop.wait()
         finally:
             self.jobs.stop.set()
@@ -255,24 +225,6 @@ def test_a_deferred_training_is_carried_through_a_reclaim_by_the_triggerer(scena
     trigger_log = run.trigger_log()
     assert "GPU interruption 1: preempted" in trigger_log and f"in place of {first}" in trigger_log
     assert "[machine 1] rank 1 epoch 0" in trigger_log  # the interrupted Job's output, kept
-    assert_nothing_left(run.emulator)
-
-
-@scenarios(Scenario("accelerate_kubernetes_reattach", "kubernetes", injector=TrainingWorkerKiller))
-def test_a_worker_crash_does_not_restart_the_training(scenario_run: ScenarioRun) -> None:
-    """The next try takes over the Job the dead worker's try created: one Job, trained to its end."""
-    run = scenario_run
-    assert isinstance(run.injector, TrainingWorkerKiller)
-    assert [(t["try_number"], t["state"]) for t in run.tries()] == [(1, "failed"), (2, "success")]
-    result = run.xcom()
-    assert_trained(result, machines=[0, 1])
-    assert (result["attempt"], result["start_epoch"]) == (1, 0)  # the first submission, never restarted
-    [job] = run.injector.jobs.created()
-    log = task_log(run.stack, run.dag_id, run.run_id, 2)
-    assert f"Reattached to training Job {job} of try 1 (running)" in log
-    assert "Created Indexed Job" not in log
-    assert run.xcom("gpu_interruptions") == []
-    assert_one_job_at_a_time(run, 1)
     assert_nothing_left(run.emulator)
 
 
