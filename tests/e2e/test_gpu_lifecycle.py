@@ -195,7 +195,7 @@ class WorkerKiller(PodInjector):
             [current] = run.task_instances()
             return bool(current["try_number"] == 2 and current["state"] == "running")
 
-        self.until(retried, 240, "the second try", interval=0.5)
+        self.until(retried, 600, "the second try", interval=0.5)
         if self.with_stranger:
             own = {"run_id": safe(run.run_id)}
             self.until(lambda: len(pods(self.api, run.dag_id, **own)) == 1, 120, "the task's own new pod")
