@@ -30,7 +30,7 @@ from tests.operators.test_batch_operator_runs import RESULT, Store, Ti, describe
 
 pytestmark = pytest.mark.slow
 QUEUES = {"spot": "gpu-spot", "on-demand": "gpu-on-demand"}
-#: Runs long enough to be reclaimed, then prints the result.
+#: Runs long enough to be reclaimed, then prints the result (the sleep is the workload's run time, not a wait).
 SLOW_RESULT = [sys.executable, "-c", f"import time; print('checkpoint 1', flush=True); time.sleep(6); {RESULT}"]
 
 
@@ -171,7 +171,7 @@ def test_a_restarted_trigger_follows_the_job_it_submitted_and_on_kill_stops_that
     before is found by name and task try (SubmitJob has no idempotency token), never submitted twice.
     Mark Failed then terminates the replacement, the job the trigger follows now."""
     emulator, context = aws_default_connection, {"ti": Ti(), "task_state_store": Store()}
-    slow = [sys.executable, "-c", "import time; time.sleep(60)"]
+    slow = [sys.executable, "-c", "import time; time.sleep(60)"]  # a workload that runs until stopped
     deferred = defer(context, command=slow)
     reclaim_when_running(emulator, "train")
 
@@ -216,7 +216,7 @@ def test_a_deferral_past_execution_timeout_terminates_the_replacement_too(
     from airflow.sdk.exceptions import TaskDeferralTimeout
 
     emulator, context = aws_default_connection, {"ti": Ti(), "task_state_store": Store()}
-    slow = [sys.executable, "-c", "import time; time.sleep(60)"]
+    slow = [sys.executable, "-c", "import time; time.sleep(60)"]  # a workload that runs until stopped
     deferred = defer(context, command=slow)
     reclaim_when_running(emulator, "train")
 
@@ -237,7 +237,7 @@ def test_racing_triggers_keep_the_oldest_job_and_cancel_the_other(aws_default_co
     """Two triggerers running the same trigger (apache/airflow#37180) inside ListJobs' consistency
     window both submit: each then keeps the older job of the task try, and the other is cancelled."""
     emulator, context = aws_default_connection, {"ti": Ti(), "task_state_store": Store()}
-    slow = [sys.executable, "-c", "import time; time.sleep(60)"]
+    slow = [sys.executable, "-c", "import time; time.sleep(60)"]  # a workload that runs until stopped
     deferred = defer(context, command=slow)
     plan = deferred.trigger.serialize()[1]["gpu_spot"]
     batch = emulator.client("batch")
@@ -263,7 +263,7 @@ def test_mark_failed_also_stops_a_replacement_the_trigger_has_not_taken_up_yet(
     job, and the new one is found by name and identity tags and terminated too. A worker resubmitting
     for this try follows such a job instead of submitting a second."""
     emulator, context = aws_default_connection, {"ti": Ti(), "task_state_store": Store()}
-    slow = [sys.executable, "-c", "import time; time.sleep(60)"]
+    slow = [sys.executable, "-c", "import time; time.sleep(60)"]  # a workload that runs until stopped
     deferred = defer(context, command=slow)
     plan = deferred.trigger.serialize()[1]["gpu_spot"]
     batch = emulator.client("batch")

@@ -305,11 +305,18 @@ class GPUKubernetesOperator(KubernetesPodOperator):
     def _node_stays(self, node: str | None) -> bool | None:  # a drain or reclaim on its way: going
         if not node:
             return None
-        try:
-            found = to_dict(self.client.read_node(node))
-        except ApiException as error:
-            return False if error.status == 404 else None  # 403 (no `get nodes`): we cannot tell
-        return node_stays(found)
+        for attempt in range(3):  # "cannot tell" counts as a reclaim: a throttled or failed read must not
+            try:
+                found = to_dict(self.client.read_node(node))
+            except ApiException as error:
+                if error.status == 404:
+                    return False
+                if error.status in (429, 500, 502, 503, 504) and attempt < 2:
+                    time.sleep(0.5 * (attempt + 1))  # backoff before asking the API server again
+                    continue
+                return None  # 403 (no `get nodes`): we cannot tell
+            return node_stays(found)
+        return None
 
     def _read_pod(self, pod: k8s.V1Pod) -> dict[str, Any] | None:
         try:
