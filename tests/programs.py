@@ -42,7 +42,7 @@ BASE_PROGRAMS = frozenset(
         "sh", "bash", "dash",  # dash, bash
         "sleep", "true", "false", "cat", "echo", "env", "ls", "mkdir", "rm", "touch", "id",
         "printf", "head", "tail", "test", "timeout", "nohup", "yes", "stat", "chmod", "date", "uname",  # coreutils
-        "unshare", "nsenter", "setsid", "flock",  # util-linux
+        "unshare", "nsenter", "setsid", "flock", "runuser",  # util-linux
         "grep", "sed", "find", "xargs", "tar", "gzip", "hostname", "dpkg-query",
     }
 )  # fmt: skip
@@ -61,13 +61,13 @@ BETWEEN_TESTS = "(between tests)"
 
 
 def declared(target: str = "test") -> dict[str, str]:
-    """``program:NAME`` rows of the manifest for ``target``: name -> Debian package."""
+    """``program:NAME`` and ``path:GLOB`` rows of the manifest for ``target``: program name -> Debian package."""
     programs = {}
     for line in MANIFEST.read_text().splitlines():
         fields = line.split(None, 3)
-        row = len(fields) >= 3 and not line.lstrip().startswith("#") and fields[0].startswith("program:")
+        row = len(fields) >= 3 and not line.lstrip().startswith("#") and fields[0].startswith(("program:", "path:"))
         if row and target in fields[2].split(","):
-            programs[fields[0].split(":", 1)[1]] = fields[1]
+            programs[Path(fields[0].split(":", 1)[1]).name] = fields[1]
     return programs
 
 

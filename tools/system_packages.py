@@ -5,12 +5,16 @@ is silent; anything missing is installed with ``apt-get`` when this user may (ro
 that asks no password); otherwise one line names the package and the command and the exit status
 is 1, before any test or Airflow process starts. ``list TARGET`` prints the rows for a target.
 
+A program that its package keeps off ``PATH`` (PostgreSQL's server programs live in
+``/usr/lib/postgresql/<version>/bin``) is checked as ``path:GLOB``: present when the glob finds it.
+
 Standard library only, Python 3.8: it runs before ``.venv`` exists, with whatever ``python3`` the
 user has.
 """
 
 from __future__ import annotations
 
+import glob
 import importlib.util
 import os
 import shutil
@@ -23,7 +27,8 @@ MANIFEST = Path(__file__).resolve().with_name("system-packages.txt")
 
 
 class Requirement(NamedTuple):
-    """One row: what to check (``program:NAME`` on PATH, ``python:MODULE`` importable), the Debian
+    """One row: what to check (``program:NAME`` on PATH, ``python:MODULE`` importable, ``path:GLOB``
+    an executable file that the glob finds), the Debian
     package that brings it, the make targets that need it, and why."""
 
     check: str
@@ -42,6 +47,8 @@ class Requirement(NamedTuple):
     def present(self) -> bool:
         if self.kind == "program":
             return shutil.which(self.name) is not None
+        if self.kind == "path":
+            return any(os.access(found, os.X_OK) for found in glob.glob(self.name))  # noqa: PTH207 (an absolute glob)
         return importlib.util.find_spec(self.name) is not None
 
 
@@ -51,8 +58,9 @@ def read(manifest: Path = MANIFEST) -> list[Requirement]:
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         fields = line.split(None, 3)
-        if len(fields) < 4 or fields[0].split(":", 1)[0] not in ("program", "python") or ":" not in fields[0]:
-            raise SystemExit(f"{manifest}:{number}: expected 'program:NAME|python:MODULE PACKAGE TARGETS WHY'")
+        if len(fields) < 4 or fields[0].split(":", 1)[0] not in ("program", "python", "path") or ":" not in fields[0]:
+            expected = "'program:NAME|python:MODULE|path:GLOB PACKAGE TARGETS WHY'"
+            raise SystemExit(f"{manifest}:{number}: expected {expected}")
         rows.append(Requirement(fields[0], fields[1], tuple(fields[2].split(",")), fields[3]))
     return rows
 

@@ -16,6 +16,7 @@ import pytest
 from airflow_gpu.testing.airflow_stack import AirflowStack
 from airflow_gpu.testing.batch.emulator import BatchEmulator
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
+from airflow_gpu.testing.postgres import PostgresServer
 from tests.e2e.scenarios import STACK_DAGS, Scenario, ScenarioLauncher, ScenarioRun
 
 if TYPE_CHECKING:
@@ -52,12 +53,21 @@ def stack_batch_emulator() -> Iterator[BatchEmulator]:
 
 
 @pytest.fixture(scope="session")
+def stack_database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The shared stack's metadata database: PostgreSQL, as users run it. On SQLite the stack's
+    forty-odd concurrent scenario tasks met "database is locked", which once stopped the scheduler
+    and so every scenario with it (testing/postgres.py)."""
+    with PostgresServer(tmp_path_factory.mktemp("postgres")) as server:
+        yield server.url
+
+
+@pytest.fixture(scope="session")
 def airflow_stack(
-    tmp_path_factory: pytest.TempPathFactory, stack_batch_emulator: BatchEmulator
+    tmp_path_factory: pytest.TempPathFactory, stack_batch_emulator: BatchEmulator, stack_database: str
 ) -> Iterator[tuple[AirflowStack, KubernetesEmulator]]:
-    """One real Airflow (api-server, scheduler, dag-processor, triggerer) on free ports, whose
-    ``kubernetes_default`` points at one emulator; shared by the REST end-to-end tests, torn down
-    (every process group) at the end of the session, whatever happened."""
+    """One real Airflow (api-server, scheduler, dag-processor, triggerer) on free ports and PostgreSQL,
+    whose ``kubernetes_default`` points at one emulator; shared by the REST end-to-end tests, torn
+    down (every process group) at the end of the session, whatever happened."""
     import json
     import shutil
 
@@ -76,6 +86,7 @@ def airflow_stack(
             root / "airflow-home",
             dags,
             extra_env={
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": stack_database,
                 "AIRFLOW_CONN_KUBERNETES_DEFAULT": json.dumps(connection),
                 "AIRFLOW_CONN_AWS_DEFAULT": stack_batch_emulator.airflow_connection_uri(),
                 # A dead worker is noticed in ~30 s instead of 5 minutes (the worker-crash test).

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_gpu.spot.run import WORKLOAD_NOUN
+from airflow_gpu.utils import task_state
 from airflow_gpu.utils.results import ACCELERATOR_XCOM_KEY, INTERRUPTIONS_XCOM_KEY, ResultError
 
 if TYPE_CHECKING:
@@ -27,16 +27,6 @@ def publish(context: Context, run: SpotRun, location: str | None = None) -> None
     ti = context["ti"]
     ti.xcom_push(key=INTERRUPTIONS_XCOM_KEY, value=list(run.interruptions))
     ti.xcom_push(key=ACCELERATOR_XCOM_KEY, value=run.summary(location))
-
-
-def log_interruptions(log: Any, run: SpotRun, decision: Decision, workload: str) -> None:
-    """The task log says what ended the workload, each interruption numbered, and what comes next."""
-    first = len(run.interruptions) - len(run.recorded) + 1
-    for number, record in enumerate(run.recorded, start=first):
-        outcome, reason, then = record["outcome"], record["reason"], record["next"]
-        log.warning("GPU interruption %d: %s (%s) on %s: %s", number, outcome, reason, workload, then)
-    noun = WORKLOAD_NOUN[run.backend]
-    log.warning("The %s %s ended: %s", noun, workload, decision.message)
 
 
 def fail(run: SpotRun, decision: Decision, detail: str = "", cause: BaseException | None = None) -> NoReturn:
@@ -59,20 +49,16 @@ def save_run(context: Context, key: str, run: SpotRun, open_: bool = True) -> No
     end, so that a later try (Airflow's retry after a failure) never takes over a job that an
     earlier try already judged. Only a try whose process died leaves it open.
     """
-    store = context.get("task_state_store")
-    if store is None:
+    if not task_state.write(context, key, {"open": open_, "run": run.to_json()}):
         logging.getLogger(__name__).warning(
             "No task state store (it needs Airflow 3.3): a retry after a worker crash cannot find %s %s, "
             "and will submit another while it runs on", run.backend, run.workload,
         )  # fmt: skip
-        return
-    store.set(key, {"open": open_, "run": run.to_json()})
 
 
 def saved_run(context: Context, key: str, open_only: bool = False) -> dict[str, Any] | None:
     """The run state ``save_run`` recorded, if any (and still open, with ``open_only``)."""
-    store = context.get("task_state_store")
-    saved = store.get(key) if store is not None else None
+    saved = task_state.read(context, key)
     if isinstance(saved, dict) and "run" not in saved and saved.get("job_id"):  # before the shared core
         saved = {"open": True, "run": saved}
     if not isinstance(saved, dict) or (open_only and not saved.get("open")):

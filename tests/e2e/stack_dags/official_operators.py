@@ -17,7 +17,12 @@ from airflow.sdk import DAG
 
 # The hook sleeps 1..10 s between polls by default; its docstring suggests this for tests.
 BatchClientHook.DEFAULT_DELAY_MIN, BatchClientHook.DEFAULT_DELAY_MAX = 0, 1
-SMOKE = "echo line-one on $AWS_BATCH_CE_NAME; sleep 1; echo line-two; exit $BATCH_EXIT"
+# With GATE set, the job waits (up to 5 min) for that file: the deferrable operator checks the job once
+# before it defers and returns without deferring if it already ended, which on a busy machine it had.
+SMOKE = (
+    'echo line-one on $AWS_BATCH_CE_NAME; n=0; while [ -n "$GATE" ] && [ ! -e "$GATE" ] && [ $n -lt 1500 ]; '
+    "do sleep 0.2; n=$((n+1)); done; sleep 1; echo line-two; exit $BATCH_EXIT"
+)
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 
 for suffix, exit_code, deferrable in (("", 0, False), ("_exit3", 3, False), ("_deferrable", 0, True)):
@@ -43,7 +48,11 @@ for suffix, exit_code, deferrable in (("", 0, False), ("_exit3", 3, False), ("_d
             job_definition="gpu-smoke",
             container_overrides={
                 "command": ["sh", "-c", SMOKE],
-                "environment": [{"name": "BATCH_EXIT", "value": str(exit_code)}],
+                "environment": [
+                    {"name": "BATCH_EXIT", "value": str(exit_code)},
+                    # the test releases the job once the task is deferred (test_batch_on_emulator.py)
+                    {"name": "GATE", "value": "{{ dag_run.conf['workdir'] }}/released" if deferrable else ""},
+                ],
             },
             aws_conn_id=f"aws_batch_on_emulator{suffix}",
             awslogs_enabled=True,
