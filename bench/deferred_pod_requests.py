@@ -27,24 +27,24 @@ import platform
 import resource
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import yaml
 from kubernetes import client, config
 
+import emulator_process
 from airflow_gpu.testing.polling import wait_for
 from airflow_gpu.triggers.pod_watch import WATCH_LABEL, SharedPodWatch
 
 GOAL_RATIO = 100.0
 POLL_INTERVAL = 2.0
+KINDS = ("official", "ours")
 
 
-def start_emulator(folder: Path, pods: int) -> tuple[subprocess.Popen[bytes], Path]:
+def start_emulator(folder: Path, pods: int) -> tuple[subprocess.Popen[bytes], Path, str]:
     """The emulator in its own process, with nodes enough for ``pods`` pods (110 is a node's default)."""
     nodes = [
         {"name": f"cpu-{i}", "capacity": {"pods": "1100", "cpu": "4000", "memory": "16000Gi"}}
@@ -52,25 +52,7 @@ def start_emulator(folder: Path, pods: int) -> tuple[subprocess.Popen[bytes], Pa
     ]
     cluster = folder / "cluster.yaml"
     cluster.write_text(yaml.safe_dump({"name": "bench", "nodes": nodes}))
-    kubeconfig = folder / "kubeconfig"
-    binary = Path(sys.executable).parent / "airflow-gpu"
-    process = subprocess.Popen(
-        [str(binary), "emulate", "kubernetes", "--cluster", str(cluster), "--kubeconfig", str(kubeconfig)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    wait_for(kubeconfig.exists, 60, "the emulator's kubeconfig")
-    return process, kubeconfig
-
-
-def server_url(kubeconfig: Path) -> str:
-    return str(yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"])
-
-
-def requests_served(url: str) -> int:
-    """Every request the emulator counted (``apiserver_request_total``, summed)."""
-    text = urllib.request.urlopen(f"{url}/metrics", timeout=30).read().decode()
-    return sum(int(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line and not line.startswith("#"))
+    return emulator_process.start(folder, "--cluster", str(cluster))
 
 
 def create_pods(kubeconfig: Path, count: int) -> list[str]:
@@ -110,17 +92,17 @@ def triggers(kind: str, names: list[str], kubeconfig: Path) -> list[Any]:
     return made
 
 
-async def measure(kind: str, names: list[str], kubeconfig: Path, window: float) -> dict[str, float]:
-    url = server_url(kubeconfig)
+async def measure(kind: str, names: list[str], kubeconfig: Path, url: str, window: float) -> dict[str, float]:
     waiting = [asyncio.create_task(_wait(t)) for t in triggers(kind, names, kubeconfig)]
     if kind == "ours":
         await asyncio.sleep(0)
         for watch in SharedPodWatch.in_this_loop():
             await asyncio.wait_for(watch.synced.wait(), 120)
     await asyncio.sleep(3 * POLL_INTERVAL)  # every official trigger past its start-up checks
-    before, cpu_before, started = await asyncio.to_thread(requests_served, url), time.process_time(), time.monotonic()
+    served = emulator_process.requests_served
+    before, cpu_before, started = await asyncio.to_thread(served, url), time.process_time(), time.monotonic()
     await asyncio.sleep(window)
-    after, cpu_after, elapsed = await asyncio.to_thread(requests_served, url), time.process_time(), time.monotonic()
+    after, cpu_after, elapsed = await asyncio.to_thread(served, url), time.process_time(), time.monotonic()
     elapsed -= started
     ended = sum(1 for t in waiting if t.done())
     for task in waiting:
@@ -144,12 +126,12 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=20.0, help="seconds measured per trigger kind")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="bench-deferred-"))
-    emulator, kubeconfig = start_emulator(folder, args.pods)
+    emulator, kubeconfig, url = start_emulator(folder, args.pods)
     try:
         t0 = time.monotonic()
         names = create_pods(kubeconfig, args.pods)
         print(f"{args.pods} simulated pods Running in {time.monotonic() - t0:.1f} s", flush=True)
-        results = {kind: asyncio.run(measure(kind, names, kubeconfig, args.window)) for kind in ("official", "ours")}
+        results = {kind: asyncio.run(measure(kind, names, kubeconfig, url, args.window)) for kind in KINDS}
     finally:
         emulator.terminate()
         emulator.wait(30)

@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+import emulator_process
 from airflow_gpu.testing.polling import wait_for
 from airflow_gpu.triggers.pod_watch import WATCH_LABEL  # the label the shared watch selects on
 
@@ -39,16 +40,7 @@ DEFERRED_SECONDS_AGO = 3600
 
 def start_emulator(folder: Path, nodes: int) -> tuple[subprocess.Popen[bytes], Path, str]:
     """The emulator with the scale cluster of ``nodes`` nodes, in its own process; its kubeconfig and URL."""
-    kubeconfig = folder / "kubeconfig"
-    binary = Path(sys.executable).parent / "airflow-gpu"
-    process = subprocess.Popen(
-        [str(binary), "emulate", "kubernetes", "--scale", str(nodes), "--kubeconfig", str(kubeconfig)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    wait_for(kubeconfig.exists, 120, "the emulator's kubeconfig")
-    url = str(yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"])
-    return process, kubeconfig, url
+    return emulator_process.start(folder, "--scale", str(nodes), timeout=120)
 
 
 def nodes_for(pods: int) -> int:
@@ -94,17 +86,6 @@ def create_pods(kubeconfig: Path, names: list[str]) -> float:
     return time.monotonic() - started
 
 
-def emulator_get(url: str, path: str) -> Any:
-    with urllib.request.urlopen(f"{url}{path}", timeout=60) as response:
-        return response.read()
-
-
-def requests_served(url: str) -> int:
-    """Every request the emulator counted (``apiserver_request_total``, summed; /metrics is not counted)."""
-    text = emulator_get(url, "/metrics").decode()
-    return sum(int(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line and not line.startswith("#"))
-
-
 def finish(url: str, names: list[str]) -> None:
     """End the pods' simulated workloads now (``POST /_emulator/finish``): they go ``Succeeded``."""
     body = json.dumps({"namespace": "default", "pods": names}).encode()
@@ -115,7 +96,7 @@ def finish(url: str, names: list[str]) -> None:
 
 def succeeded_at(url: str) -> dict[str, float]:
     """When the emulator recorded each pod ``Succeeded`` (``time.time()``, to the microsecond)."""
-    pods = json.loads(emulator_get(url, "/_emulator/phase-times?namespace=default"))["pods"]
+    pods = json.loads(emulator_process.get(url, "/_emulator/phase-times?namespace=default"))["pods"]
     return {p["name"]: p["phases"]["Succeeded"] for p in pods if "Succeeded" in p["phases"]}
 
 

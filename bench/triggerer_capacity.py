@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import emulator_process
 import fleet
 
 OURS_STEPS = (1000, 2000, 5000, 10000)
@@ -82,10 +83,10 @@ async def triggerer(kind: str, count: int, late: int, window: float, kubeconfig:
     take_up = time.monotonic() - started
     lag = fleet.LoopLag()
     lag.start()
-    requests_before = await asyncio.to_thread(fleet.requests_served, url)
+    requests_before = await asyncio.to_thread(emulator_process.requests_served, url)
     cpu_before, started = time.process_time(), time.monotonic()
     await asyncio.sleep(window)
-    requests_after = await asyncio.to_thread(fleet.requests_served, url)
+    requests_after = await asyncio.to_thread(emulator_process.requests_served, url)
     cpu, elapsed = time.process_time() - cpu_before, time.monotonic() - started
     statuses = [t.result()[0].get("status", "?") if not t.exception() else "exception" for t in tasks if t.done()]
     gaps = polls.gaps(names[:count], started, started + elapsed) if polls is not None else [0.0]
@@ -99,7 +100,7 @@ async def triggerer(kind: str, count: int, late: int, window: float, kubeconfig:
         **lag.stop(),
     )  # fmt: skip
     if late:
-        requests_before = await asyncio.to_thread(fleet.requests_served, url)
+        requests_before = await asyncio.to_thread(emulator_process.requests_served, url)
         cpu_before, started = time.process_time(), time.monotonic()
         for trigger in fleet.make_triggers(kind, names[count:], kubeconfig):
             tasks.append(asyncio.create_task(fleet.first_event(trigger)))
@@ -108,7 +109,7 @@ async def triggerer(kind: str, count: int, late: int, window: float, kubeconfig:
         fleet.report(
             event="late", pods=late, settled=settled, seconds=time.monotonic() - started,
             cpu_s=time.process_time() - cpu_before,
-            requests=await asyncio.to_thread(fleet.requests_served, url) - requests_before,
+            requests=await asyncio.to_thread(emulator_process.requests_served, url) - requests_before,
         )  # fmt: skip
     for task in tasks:
         task.cancel()
