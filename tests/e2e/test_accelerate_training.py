@@ -18,16 +18,16 @@ flags a GPU run gets (``--multi_gpu``, ``--machine_rank``, ``--main_process_ip``
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
-from kubernetes import client, config, watch
+from kubernetes import client, config
 
 from airflow_gpu.testing.batch.emulator import BatchEmulator
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 from tests.e2e.scenarios import Injector, Scenario, ScenarioRun, scenarios
 from tests.e2e.test_gpu_lifecycle import task_log
+from tests.kubernetes_history import JobHistory
 
 pytestmark = pytest.mark.slow
 
@@ -66,38 +66,6 @@ class RankOneReclaimer(Injector):
                     self.reclaimed.append(pod.metadata.name)
                     break
             self.stop.wait(0.2)
-
-
-class JobHistory(threading.Thread):
-    """Every change to every Job of a scenario's emulator, as a watch sees it, until ``stop``."""
-
-    def __init__(self, emulator: KubernetesEmulator) -> None:
-        super().__init__(daemon=True)
-        self.batch = client.BatchV1Api(api(emulator))
-        self.events: list[tuple[str, str]] = []
-        self.stop = threading.Event()
-        self.version = self.batch.list_namespaced_job("default").metadata.resource_version
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            stream = watch.Watch().stream(
-                self.batch.list_namespaced_job, "default", resource_version=self.version, timeout_seconds=1
-            )
-            for event in stream:
-                self.events.append((event["type"], event["object"].metadata.name))
-                self.version = event["object"].metadata.resource_version
-
-    def created(self) -> list[str]:
-        return [name for kind, name in self.events if kind == "ADDED"]
-
-    def never_two_at_once(self) -> None:
-        alive: set[str] = set()
-        for kind, name in self.events:
-            if kind == "ADDED":
-                assert not alive, f"training Job {name} was created while {alive} still existed"
-                alive.add(name)
-            elif kind == "DELETED":
-                alive.discard(name)
 
 
 class DeferredRankOneReclaimer(RankOneReclaimer):
@@ -217,7 +185,7 @@ def test_a_deferred_training_is_carried_through_a_reclaim_by_the_triggerer(scena
     history = run.injector.jobs
     first, second = history.created()  # the worker's, then the trigger's: no duplicate, ever
     assert second == f"{first}-r1" and interruptions[0]["workload"] == first
-    history.never_two_at_once()
+    history.assert_one_at_a_time()
     assert_one_job_at_a_time(run, 2)
 
     worker_log = task_log(run.stack, run.dag_id, run.run_id, 1)

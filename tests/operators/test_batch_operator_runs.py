@@ -17,29 +17,11 @@ import pytest
 from airflow_gpu.operators.batch import STATE_KEY, GPUBatchOperator
 from airflow_gpu.testing.batch.emulator import BatchEmulator
 from airflow_gpu.testing.polling import wait_for
+from tests.operators.task_context import Store, Ti
 
 pytestmark = pytest.mark.slow
 QUEUES = {"spot": "gpu-spot", "on-demand": "gpu-on-demand"}
 RESULT = "print('::airflow-gpu-result::' + '{\"loss\": 0.25}')"
-
-
-class Ti:
-    """Airflow's task instance, as far as the operator uses it: identity and XCom."""
-
-    def __init__(self, try_number: int = 1, map_index: int = -1) -> None:
-        self.dag_id, self.task_id, self.run_id = "gpu_dag", "train", "manual__2026-11-23"
-        self.try_number, self.map_index = try_number, map_index
-        self.xcom: dict[str, Any] = {}
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.xcom[key] = value
-
-
-class Store(dict[str, Any]):
-    """Airflow 3.3's task state store: ``get`` and ``set`` by key, kept across tries."""
-
-    def set(self, key: str, value: Any) -> None:
-        self[key] = value
 
 
 def operator(**kwargs: Any) -> GPUBatchOperator:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 from typing import Any
 
 import pytest
@@ -24,6 +25,8 @@ from airflow_gpu.operators.training_job_reattach import take_over
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 from airflow_gpu.testing.polling import wait_for
 from airflow_gpu.utils.training_job import JOB_LABEL
+from tests.kubernetes_history import JobHistory
+from tests.operators.task_context import Store, Ti
 from tests.operators.test_accelerate_operator import SCRIPT
 
 pytestmark = pytest.mark.slow  # imports cncf-kubernetes' operator and triggers (seconds of CPU)
@@ -33,27 +36,8 @@ RESULT = '::airflow-gpu-result::{"loss": 0.25}'
 LOG = logging.getLogger(__name__)
 
 
-class Ti:
-    """Airflow's task instance, as far as the operator uses it: identity and XCom."""
-
-    def __init__(self, try_number: int = 1, run_id: str = "manual__1") -> None:
-        self.dag_id, self.task_id, self.run_id, self.map_index = "training_dag", "train", run_id, -1
-        self.try_number, self.start_date = try_number, None
-        self.xcom: dict[str, Any] = {}
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.xcom[key] = value
-
-
-class Store(dict[str, Any]):
-    """Airflow 3.3's task state store: ``get`` and ``set`` by key, kept across tries."""
-
-    def set(self, key: str, value: Any) -> None:
-        self[key] = value
-
-
 def context(try_number: int = 1, store: Store | None = None, run_id: str = "manual__1") -> dict[str, Any]:
-    return {"ti": Ti(try_number, run_id), "run_id": run_id, "dag": None,
+    return {"ti": Ti(try_number, dag_id="training_dag", run_id=run_id), "run_id": run_id, "dag": None,
             "task_state_store": store if store is not None else Store()}  # fmt: skip
 
 
@@ -167,3 +151,39 @@ def test_a_deferred_training_is_replaced_by_its_trigger_and_resumes_once(
     assert (interruption["workload"], interruption["outcome"]) == (first, "preempted")
     assert ctx["task_state_store"][STATE_STORE_KEY]["open"] is False  # judged: a later try takes nothing over
     assert jobs(emulator) == []  # the last Job deleted by the worker, the first by the trigger
+
+
+def test_the_same_try_creating_its_job_again_waits_out_the_one_being_deleted_and_makes_it_anew(
+    kubernetes_default_connection: KubernetesEmulator,
+) -> None:
+    """A Job deleted in the foreground keeps its name while a pod of it is still there (one on a node that has
+    not confirmed its end: here a finalizer stands for that node), and creating the name answers 409. The same
+    try creating it again does not follow that Job to its end: it waits for it to go and creates it anew, and
+    the Service, gone with the old Job, anew too, owned by the new Job."""
+    emulator, store, hold = kubernetes_default_connection, Store(), "example.com/node-unreachable"
+    batch, core = apis(emulator)
+    first = runner(training(), context(1, store))
+    first._submit(context(1, store))  # type: ignore[arg-type]
+    name = str(first.job)
+    held = running_rank(emulator, name, 1)
+    core.patch_namespaced_pod(held, "default", [{"op": "add", "path": "/metadata/finalizers/-", "value": hold}])
+    old = batch.read_namespaced_job(name, "default").metadata.uid
+    batch.delete_namespaced_job(name, "default", propagation_policy="Foreground")
+
+    def node_confirms() -> None:
+        wait_for(lambda: core.read_namespaced_pod(held, "default").metadata.finalizers == [hold], 30, "the pod")
+        core.patch_namespaced_pod(held, "default", {"metadata": {"finalizers": None}})
+
+    release = threading.Timer(2.0, node_confirms)
+    with JobHistory(emulator) as history:
+        release.start()
+        again = runner(training(), context(1, store))
+        again._submit(context(1, store))  # type: ignore[arg-type]
+    release.join()
+    assert again.job == name
+    job = batch.read_namespaced_job(name, "default")
+    assert job.metadata.uid != old and job.metadata.deletion_timestamp is None
+    assert history.created() == [name]  # once the old one was gone: never two at once
+    history.assert_one_at_a_time()
+    owners = core.read_namespaced_service(name, "default").metadata.owner_references or []
+    assert [(o.kind, o.name, o.uid) for o in owners] == [("Job", name, job.metadata.uid)]

@@ -7,21 +7,23 @@ run, not read off its end."""
 from __future__ import annotations
 
 import asyncio
-import threading
+import json
 from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client, config, watch
+from kubernetes import client, config
 
 from airflow_gpu.spot.policy import SpotPolicy
 from airflow_gpu.spot.run import SpotRun
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 from airflow_gpu.testing.polling import wait_for
+from airflow_gpu.triggers import adoption, cluster
 from airflow_gpu.triggers.pod_watch import WATCH_LABEL
 from airflow_gpu.triggers.training_job import GPUTrainingJobTrigger
 from airflow_gpu.utils.manifest_delta import delta
 from airflow_gpu.utils.training_job import JOB_LABEL, NAME_TOKEN, STATE_ANNOTATION, job_manifests, with_state
+from tests.kubernetes_history import JobHistory
 
 pytestmark = pytest.mark.slow  # imports cncf-kubernetes' triggers and async hook (seconds of CPU)
 
@@ -73,8 +75,6 @@ def submit(emulator: KubernetesEmulator, arguments: dict[str, Any]) -> None:
 
 
 def _named(manifest: dict[str, Any], name: str) -> dict[str, Any]:
-    import json
-
     loaded: dict[str, Any] = json.loads(json.dumps(manifest).replace(NAME_TOKEN, name))
     return loaded
 
@@ -90,47 +90,6 @@ def arguments(emulator: KubernetesEmulator, first: str, script: str, **options: 
         "config_dict": yaml.safe_load(emulator.kubeconfig()), "poll_interval": 0.5, "grace_period": 1.0,
         **options,
     }  # fmt: skip
-
-
-class JobHistory(threading.Thread):
-    """Every change to every Job of the cluster, as a watch sees it, from before the trigger starts."""
-
-    def __init__(self, emulator: KubernetesEmulator) -> None:
-        super().__init__(daemon=True)
-        self.batch = clients(emulator)["batch"]
-        self.events: list[tuple[str, str]] = []
-        self.stop = threading.Event()
-        self.version = self.batch.list_namespaced_job("default").metadata.resource_version
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            stream = watch.Watch().stream(
-                self.batch.list_namespaced_job, "default", resource_version=self.version, timeout_seconds=1
-            )
-            for event in stream:
-                self.events.append((event["type"], event["object"].metadata.name))
-                self.version = event["object"].metadata.resource_version
-
-    def created(self) -> list[str]:
-        return [name for kind, name in self.events if kind == "ADDED"]
-
-    def assert_one_at_a_time(self) -> None:
-        """No Job was created while another one still existed."""
-        alive: set[str] = set()
-        for kind, name in self.events:
-            if kind == "ADDED":
-                assert not alive, f"Job {name} was created while {alive} still existed"
-                alive.add(name)
-            elif kind == "DELETED":
-                alive.discard(name)
-
-    def __enter__(self) -> JobHistory:
-        self.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop.set()
-        self.join(timeout=10)
 
 
 async def final_event(trigger: GPUTrainingJobTrigger, timeout: float = 90) -> dict[str, Any]:
@@ -207,6 +166,13 @@ def test_a_reclaimed_rank_is_replaced_by_the_trigger_once_and_after_the_old_job_
     assert STATE_ANNOTATION in replaced.metadata.annotations
     services = [s.metadata.name for s in api["core"].list_namespaced_service("default").items]
     assert "train-spot" not in services and "train-spot-r1" in services
+    # The trigger's Service is its Job's, as the worker's is: the garbage collector removes it with the Job.
+    owners = api["core"].read_namespaced_service("train-spot-r1", "default").metadata.owner_references or []
+    assert [(o.api_version, o.kind, o.name, o.uid) for o in owners] == [
+        ("batch/v1", "Job", "train-spot-r1", replaced.metadata.uid)
+    ]
+    api["batch"].delete_namespaced_job("train-spot-r1", "default", propagation_policy="Background")
+    wait_for(lambda: not api["core"].list_namespaced_service("default").items, 30, "the Service to go with its Job")
 
 
 def test_a_restarted_trigger_goes_on_with_the_job_it_made_and_counts_the_interruption_once(
@@ -281,3 +247,84 @@ def test_an_application_failure_in_one_rank_is_not_resubmitted(kubernetes_emulat
     assert (result["outcome"], result["exit_code"]) == ("application", 3)
     assert event["culprit"]["metadata"]["labels"][INDEX] == "1"
     assert event["gpu_state"]["interruptions"] == [] and history.created() == []
+
+
+#: A machine that ignores SIGTERM: its pod goes only when its grace period ends.
+STUBBORN = 'trap "" TERM; echo "rank $JOB_COMPLETION_INDEX"; sleep 600'
+
+
+def connection(emulator: KubernetesEmulator) -> cluster.ClusterConnection:
+    return cluster.ClusterConnection(config_dict=yaml.safe_load(emulator.kubeconfig()))
+
+
+def this_try(kind: str, name: str, script: str, grace: int) -> dict[str, Any]:
+    """A Job (of two machines) or a pod of this task try, as the trigger creates it."""
+    if kind == "pods":
+        made = pod("spot", script)
+        made["metadata"]["name"] = name
+        made["spec"]["terminationGracePeriodSeconds"] = grace
+        return made
+    job = job_manifests(pod("spot", script), name, machines=2, port=29500, base_container="base")["job"]
+    job["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = grace
+    return job
+
+
+@pytest.mark.parametrize("kind", ["jobs", "pods"])
+def test_an_object_of_this_try_being_deleted_is_waited_out_and_made_anew_not_adopted(
+    kubernetes_emulator: KubernetesEmulator, kind: str
+) -> None:
+    """A Job deleted in the foreground keeps its name until its pods are gone (a pod, until its grace period
+    ends), and a create in that window answers 409 AlreadyExists. Adopting it would follow an object about to
+    vanish: the create waits for it to go and makes it anew, as a create a moment later would have."""
+    api, name = clients(kubernetes_emulator), f"dying-{kind}"
+    manifest = this_try(kind, name, STUBBORN, grace=4)
+    if kind == "jobs":
+        api["batch"].create_namespaced_job("default", manifest)
+        for rank in (0, 1):
+            rank_pod(kubernetes_emulator, name, rank)
+        read, delete = api["batch"].read_namespaced_job, api["batch"].delete_namespaced_job
+    else:
+        api["core"].create_namespaced_pod("default", manifest)
+        wait_for(lambda: api["core"].read_namespaced_pod(name, "default").status.phase == "Running", 60, "Running")
+        read, delete = api["core"].read_namespaced_pod, api["core"].delete_namespaced_pod
+    first = read(name, "default").metadata.uid
+    delete(name, "default", propagation_policy="Foreground")
+    assert read(name, "default").metadata.deletion_timestamp is not None  # the window: the name is held
+
+    with JobHistory(kubernetes_emulator) as history:
+        adopted = asyncio.run(cluster.create_or_adopt(connection(kubernetes_emulator), kind, "default", manifest))
+    assert adopted is False
+    made = read(name, "default")
+    assert made.metadata.uid != first and made.metadata.deletion_timestamp is None
+    if kind == "jobs":
+        assert history.created() == [name]  # after the dying one was gone, never beside it
+        history.assert_one_at_a_time()
+
+
+def test_an_object_still_being_deleted_after_the_wait_fails_the_create_saying_what_holds_the_name(
+    kubernetes_emulator: KubernetesEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A finalizer nobody removes (a controller that is down) keeps a deleted Job for good: the create gives up
+    after ``DELETE_WAIT_SECONDS`` and the pods' grace period, and creates nothing."""
+    monkeypatch.setattr(adoption, "DELETE_WAIT_SECONDS", 1.0)
+    api, name = clients(kubernetes_emulator), "held"
+    manifest = this_try("jobs", name, "sleep 600", grace=1)
+    held = {**manifest, "metadata": {**manifest["metadata"], "finalizers": ["example.com/hold"]}}
+    api["batch"].create_namespaced_job("default", held)
+    api["batch"].delete_namespaced_job(name, "default", propagation_policy="Background")
+
+    with pytest.raises(adoption.StillBeingDeleted, match=r"Job default/held .* still being deleted") as raised:
+        asyncio.run(cluster.create_or_adopt(connection(kubernetes_emulator), "jobs", "default", manifest))
+    assert "example.com/hold" in str(raised.value)
+    assert kubernetes_emulator.api_requests("POST", "jobs") == 2  # the first, and the create that met it
+    api["batch"].patch_namespaced_job(name, "default", {"metadata": {"finalizers": None}})
+    wait_for(lambda: not api["batch"].list_namespaced_job("default").items, 30, "the Job to go")
+
+
+def test_an_object_of_that_name_from_another_try_is_never_adopted(kubernetes_emulator: KubernetesEmulator) -> None:
+    """The name is the try's digest, but a name is a slot: only the labels say whose the object is."""
+    manifest = this_try("jobs", "other-try", "sleep 600", grace=1)
+    theirs = json.loads(json.dumps(manifest).replace('"try_number": "1"', '"try_number": "2"'))
+    clients(kubernetes_emulator)["batch"].create_namespaced_job("default", theirs)
+    with pytest.raises(cluster.NotThisTaskTry, match=r"Job default/other-try .* try_number='2' is not '1'"):
+        asyncio.run(cluster.create_or_adopt(connection(kubernetes_emulator), "jobs", "default", manifest))

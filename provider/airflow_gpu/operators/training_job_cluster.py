@@ -7,7 +7,8 @@ them through the API, kept apart from the training's loop:
 * create the Service, then the Job (the machines look the main one up as they start), the Job
   becoming the Service's owner so that the garbage collector removes both together. A name that
   exists already is adopted when its labels name the same task try (the same try run again, or a
-  trigger that created it), never when they name anything else;
+  trigger that created it), never when they name anything else, and never while it is being
+  deleted: that one is waited out and created anew (``triggers.adoption``);
 * delete both with ``propagationPolicy: Foreground`` (the API's default for a ``batch/v1`` Job
   orphans its pods) and wait until the Job and its pods are gone, so that the next Job's pods
   never run beside the last one's;
@@ -21,9 +22,9 @@ import contextlib
 import time
 from typing import Any
 
-from airflow_gpu.triggers.pod_replacement import same_task_try
+from airflow_gpu.triggers import adoption
 from airflow_gpu.utils.kubernetes import to_dict
-from airflow_gpu.utils.training_job import DELETE_WAIT_SECONDS, JOB_LABEL
+from airflow_gpu.utils.training_job import DELETE_WAIT_SECONDS, JOB_LABEL, owned_by, owner_reference
 
 
 class TrainingJobs:
@@ -57,8 +58,6 @@ class TrainingJobs:
 
     def create(self, manifests: dict[str, dict[str, Any]]) -> bool:
         """The Service, then the Job; True when the Job existed already as this task try's (adopted)."""
-        from kubernetes.client.exceptions import ApiException
-
         job, service = manifests["job"], manifests["service"]
         name = job["metadata"]["name"]
         self._create_or_adopt(service, self.core.create_namespaced_service, self.core.read_namespaced_service)
@@ -67,28 +66,65 @@ class TrainingJobs:
         except Exception:
             self.delete(name, wait=False)
             raise
-        uid = (self.read(name) or {}).get("metadata", {}).get("uid")
-        owner = {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid}
-        try:  # a courtesy for the garbage collector: the task deletes the Service itself
-            self.core.patch_namespaced_service(name, self.namespace, {"metadata": {"ownerReferences": [owner]}})
-        except ApiException as error:
-            self.log.warning("Service %s was not given its Job as owner (%s %s)", name, error.status, error.reason)
+        self._own(service)
         return adopted
 
+    def _own(self, service: dict[str, Any]) -> None:
+        """The Job of the Service's name becomes its owner, so that the garbage collector removes both together.
+
+        A courtesy: the task deletes the Service itself, so a failed patch is a warning. A Service that is gone
+        went with an earlier Job of its name that it was adopted with (being deleted): it is created again."""
+        from kubernetes.client.exceptions import ApiException
+
+        name = service["metadata"]["name"]
+        job = self.read(name)
+        if job is None:
+            self.log.warning("Service %s was not given its Job as owner: the Job is gone", name)
+            return
+        owner = owner_reference(job)
+        try:
+            self.core.patch_namespaced_service(name, self.namespace, {"metadata": {"ownerReferences": [owner]}})
+        except ApiException as error:
+            if error.status != 404:
+                self.log.warning("Service %s was not given its Job as owner (%s %s)", name, error.status, error.reason)
+                return
+            self.log.warning("Service %s went with an earlier Job of its name; creating it again", name)
+            owned = owned_by(service, owner)
+            self._create_or_adopt(owned, self.core.create_namespaced_service, self.core.read_namespaced_service)
+
     def _create_or_adopt(self, manifest: dict[str, Any], create: Any, read: Any) -> bool:
+        """Create the object; True when one of its name was this task try's already (adopted). One being
+        deleted is waited out and the object created anew; one of anything else's is an error (``adoption``)."""
+        from kubernetes.client.exceptions import ApiException
+
+        name = manifest["metadata"]["name"]
+        conflict = adoption.NameConflict(manifest, self.log)
+        while True:
+            try:
+                create(self.namespace, manifest)
+                return False
+            except ApiException as error:
+                if error.status != 409:
+                    raise
+            existing = self._existing(read, name)
+            if existing is None:  # gone between the create and the read: create again
+                continue
+            if conflict.adopts(existing):
+                return True
+            while conflict.holds(existing):
+                time.sleep(adoption.GONE_POLL_SECONDS)
+                existing = self._existing(read, name)
+
+    def _existing(self, read: Any, name: str) -> dict[str, Any] | None:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            create(self.namespace, manifest)
-            return False
+            found: dict[str, Any] = to_dict(read(name, self.namespace))
         except ApiException as error:
-            if error.status != 409:
+            if error.status != 404:
                 raise
-        name, kind = manifest["metadata"]["name"], manifest["kind"]
-        why_not = same_task_try(to_dict(read(name, self.namespace)), manifest)
-        if why_not:
-            raise RuntimeError(f"{kind} {self.namespace}/{name} exists and is not this task try's: {why_not}")
-        return True
+            return None
+        return found
 
     def delete(self, name: str | None, wait: bool = True, grace_seconds: float = 30) -> None:
         """The Job and its pods (Foreground: the Job stays until its pods are gone), and the Service;

@@ -3,17 +3,26 @@
 ``ClusterConnection`` holds KPO's connection fields, so that the triggerer reads a cluster as the
 worker did. The calls are what a trigger that carries a spot run needs: create a workload (pod,
 training Job, Service) and adopt it on 409 when its labels name the same task try (never another
-task's), delete one, list a task try's objects, read a node's fate and a pod's log tail. Each
-is one request, retried as cncf-kubernetes retries its own (``generic_api_retry``: 429, 5xx and
-connection errors); none is made per poll.
+task's, nor one being deleted: ``adoption``), give a training Job's Service the Job as owner,
+delete one, list a task try's objects, read a node's fate and a pod's log tail. Each is one
+request, retried as cncf-kubernetes retries its own (``generic_api_retry``: 429, 5xx and
+connection errors); none is made per poll. Only waiting out an object being deleted reads it
+again, once a second, for a bounded time.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from airflow_gpu.triggers import adoption
+from airflow_gpu.triggers.adoption import NotThisTaskTry as NotThisTaskTry  # raised here, caught by the triggers
+from airflow_gpu.triggers.adoption import StillBeingDeleted as StillBeingDeleted
+from airflow_gpu.utils.training_job import owned_by, owner_reference
 
 #: Connection extras that name a kubeconfig, and their old prefix.
 KUBECONFIG_EXTRAS, EXTRA_PREFIX = frozenset({"kube_config_path"}), "extra__kubernetes__"
@@ -23,6 +32,7 @@ CALLS = {
     "services": ("CoreV1Api", "namespaced_service"),
     "jobs": ("BatchV1Api", "namespaced_job"),
 }
+LOG = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -73,41 +83,110 @@ def _api(client: Any, kind: str) -> tuple[Any, str]:
     return getattr(clients, api_class)(client), suffix
 
 
-async def create_or_adopt(connection: ClusterConnection, kind: str, namespace: str, manifest: dict[str, Any]) -> bool:
+async def create_or_adopt(
+    connection: ClusterConnection, kind: str, namespace: str, manifest: dict[str, Any], log: Any = None
+) -> bool:
     """Create the object; True when one of that name existed already as this task try's (adopted).
 
-    One that belongs to anything else is an error (``NotThisTaskTry``): it is never taken over.
+    One that belongs to anything else is an error (``NotThisTaskTry``): it is never taken over. One of
+    this task try's that is being deleted is waited out and the object created anew (``adoption``);
+    ``StillBeingDeleted`` when it outlasts the wait. While waiting, it is read once a second.
     """
+    name = manifest["metadata"]["name"]
+    conflict = adoption.NameConflict(manifest, log or LOG)
+    while True:
+        if await _created(connection, kind, namespace, manifest):
+            return False
+        existing = await read(connection, kind, namespace, name)
+        if existing is None:  # gone between the create and the read: create again
+            continue
+        if conflict.adopts(existing):
+            return True
+        while conflict.holds(existing):
+            await asyncio.sleep(adoption.GONE_POLL_SECONDS)
+            existing = await read(connection, kind, namespace, name)
+
+
+async def _created(connection: ClusterConnection, kind: str, namespace: str, manifest: dict[str, Any]) -> bool:
+    """One create; False when the name is taken (409)."""
     from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import generic_api_retry
     from kubernetes_asyncio.client.exceptions import ApiException
 
-    from airflow_gpu.triggers.pod_replacement import same_task_try
-
-    name = manifest["metadata"]["name"]
-
     @generic_api_retry  # type: ignore[untyped-decorator]
-    async def create() -> bool:
+    async def call() -> bool:
         async with connection.hook().get_conn() as client:
             api, suffix = _api(client, kind)  # a dict body is sent as it is; no model needed
             try:
                 await getattr(api, f"create_{suffix}")(namespace, manifest)
-                return False
             except ApiException as error:
                 if error.status != 409:
                     raise
+                return False
+            return True
+
+    created: bool = await call()
+    return created
+
+
+async def read(connection: ClusterConnection, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+    """The object as an API dict; None once the API no longer has it."""
+    from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import generic_api_retry
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    @generic_api_retry  # type: ignore[untyped-decorator]
+    async def call() -> dict[str, Any] | None:
+        async with connection.hook().get_conn() as client:
+            api, suffix = _api(client, kind)
             response = await getattr(api, f"read_{suffix}")(name, namespace, _preload_content=False)
-            existing = json.loads(await response.read())
-        why_not = same_task_try(existing, manifest)
-        if why_not:
-            raise NotThisTaskTry(f"{kind[:-1]} {namespace}/{name} exists and is not this task try's: {why_not}")
-        return True
+            if response.status == 404:
+                response.release()
+                return None
+            if response.status >= 400:  # not raised without preloading; as an ApiException it is retried
+                raise ApiException(status=response.status, reason=(await response.read()).decode("utf-8", "replace"))
+            found: dict[str, Any] = json.loads(await response.read())
+            return found
 
-    adopted: bool = await create()
-    return adopted
+    found: dict[str, Any] | None = await call()
+    return found
 
 
-class NotThisTaskTry(Exception):
-    """An object of the name this task try would create belongs to something else."""
+async def own_service(connection: ClusterConnection, namespace: str, service: dict[str, Any], log: Any = None) -> None:
+    """Make the training Job of the Service's name its owner, as the worker does, so that the garbage
+    collector removes the Service with the Job (Mark Failed, a person's delete, a triggerer that died).
+
+    A courtesy: the run deletes its Services itself, so a failed patch is a warning. A Service that is gone
+    went with an earlier Job of its name that it was adopted with (being deleted): it is created again.
+    """
+    from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import generic_api_retry
+    from kubernetes_asyncio.client import CoreV1Api
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    log = log or LOG
+    name = service["metadata"]["name"]
+    try:
+        job = await read(connection, "jobs", namespace, name)
+    except ApiException as error:
+        log.warning("Service %s was not given its Job as owner: the Job could not be read (%s)", name, error.status)
+        return
+    if job is None:
+        log.warning("Service %s was not given its Job as owner: the Job is gone", name)
+        return
+    owner = owner_reference(job)
+
+    @generic_api_retry  # type: ignore[untyped-decorator]
+    async def patch() -> None:
+        async with connection.hook().get_conn() as client:  # a dict body: a strategic merge patch
+            body = {"metadata": {"ownerReferences": [owner]}}
+            await CoreV1Api(client).patch_namespaced_service(name, namespace, body)
+
+    try:
+        await patch()
+    except ApiException as error:
+        if error.status != 404:
+            log.warning("Service %s was not given its Job as owner (%s %s)", name, error.status, error.reason)
+            return
+        log.warning("Service %s went with an earlier Job of its name; creating it again", name)
+        await create_or_adopt(connection, "services", namespace, owned_by(service, owner), log)
 
 
 async def delete(connection: ClusterConnection, kind: str, namespace: str, name: str, **options: Any) -> None:

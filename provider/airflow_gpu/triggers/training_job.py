@@ -12,8 +12,9 @@ The trigger owns the spot run, as ``GPUPodTrigger`` does for one pod: when a ran
 evicted or gets no capacity in time and the policy resubmits, it records the interruption, writes
 the ended machines' logs into the task's log, creates the next Service (its state annotation
 records the decision), deletes the old Job and Service in the foreground, waits until they are
-gone, and creates the next Job (``job_replacement``), adopting a Job or Service of that name on
-409 when its labels name the same task try. The task resumes on a worker once, for the Job that
+gone, and creates the next Job (``job_replacement``), the Service's owner, adopting a Job or
+Service of that name on 409 when its labels name the same task try (one being deleted is waited
+out and made anew: ``adoption``). The task resumes on a worker once, for the Job that
 ends the run (its result, profile, spot record and cleanup), with the run's state in the event.
 
 A trigger that runs again (a triggerer restart) or twice (apache/airflow#37180) starts from its
@@ -197,7 +198,9 @@ class GPUTrainingJobTrigger(BaseTrigger):
         if not any(o["kind"] == "Job" and o["metadata"]["name"] == name for o in found):  # stopped before creating it
             for earlier in {o["metadata"]["name"] for o in found} - {name}:
                 await self._remove(earlier)
-            await cluster.create_or_adopt(self.connection, "jobs", self.namespace, replacement.manifest(name)["job"])
+            manifests = replacement.manifest(name)
+            await cluster.create_or_adopt(self.connection, "jobs", self.namespace, manifests["job"], self.log)
+            await cluster.own_service(self.connection, self.namespace, manifests["service"], self.log)
         replacement.run.submitted(name)
         return name
 
@@ -211,12 +214,14 @@ class GPUTrainingJobTrigger(BaseTrigger):
         return found
 
     async def _replace(self, job: str, replacement: JobReplacement) -> str:
-        """The next Service (recording the decision), the old Job and Service gone, then the next Job."""
+        """The next Service (recording the decision), the old Job and Service gone, then the next Job, which
+        becomes the Service's owner (the garbage collector removes both together, as the worker's)."""
         name = replacement.next_name()
         manifests = replacement.manifest(name)
-        await cluster.create_or_adopt(self.connection, "services", self.namespace, manifests["service"])
+        await cluster.create_or_adopt(self.connection, "services", self.namespace, manifests["service"], self.log)
         await self._remove(job)
-        adopted = await cluster.create_or_adopt(self.connection, "jobs", self.namespace, manifests["job"])
+        adopted = await cluster.create_or_adopt(self.connection, "jobs", self.namespace, manifests["job"], self.log)
+        await cluster.own_service(self.connection, self.namespace, manifests["service"], self.log)
         replacement.run.submitted(name)
         self.log.info(
             "%s training Job %s on %s (%s capacity) in place of %s", "Adopted" if adopted else "Created", name,

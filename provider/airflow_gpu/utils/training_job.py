@@ -120,6 +120,19 @@ def job_manifests(
     return {"job": job, "service": service}
 
 
+def owner_reference(job: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``ownerReferences`` entry naming the Job (by uid): its Service goes with it (the garbage collector)."""
+    metadata = job.get("metadata") or {}
+    return {"apiVersion": "batch/v1", "kind": "Job", "name": metadata.get("name"), "uid": metadata.get("uid")}
+
+
+def owned_by(manifest: Mapping[str, Any], owner: Mapping[str, Any]) -> dict[str, Any]:
+    """The manifest with ``owner`` as its only owner."""
+    result = copy.deepcopy(dict(manifest))
+    result.setdefault("metadata", {})["ownerReferences"] = [dict(owner)]
+    return result
+
+
 def with_state(manifests: Mapping[str, dict[str, Any]], state: Mapping[str, Any], environment: Mapping[str, str],
                base_container: str) -> dict[str, dict[str, Any]]:  # fmt: skip
     """The manifests with the spot run's state (annotation on the Job, its pods and its Service) and its

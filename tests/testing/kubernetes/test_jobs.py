@@ -372,6 +372,11 @@ def test_foreground_deletion_keeps_the_job_until_its_pods_are_gone(
     options = client.V1DeleteOptions(propagation_policy="Foreground")  # in the body this time
     answer = json.loads(batch.delete_namespaced_job("fg", "default", body=options, _preload_content=False).data)
     assert answer["metadata"]["finalizers"] == ["foregroundDeletion"] and answer["metadata"]["deletionTimestamp"]
+    with pytest.raises(client.ApiException) as taken:  # the name is held until then, and the registry says why
+        batch.create_namespaced_job("default", job_manifest("fg", "true"))
+    status = json.loads(taken.value.body)
+    assert (status["code"], status["reason"]) == (409, "AlreadyExists")
+    assert status["message"] == 'object is being deleted: jobs.batch "fg" already exists'
     seen: list[int] = []  # how many pods were left each time the Job was still there
 
     def job_gone() -> bool:

@@ -100,11 +100,14 @@ def not_found(kind: str, plural: str, name: str, group: str = "") -> ApiError:
     )
 
 
-def already_exists(plural: str, name: str, group: str = "") -> ApiError:
+def already_exists(plural: str, name: str, group: str = "", being_deleted: bool = False) -> ApiError:
+    """The registry store's 409; it says when the object holding the name is being deleted (it keeps the
+    name until it is gone: a Job deleted in the foreground, until its pods are)."""
     return ApiError(
         409,
         "AlreadyExists",
-        f'{plural}{"." + group if group else ""} "{name}" already exists',
+        f'{"object is being deleted: " if being_deleted else ""}{plural}{"." + group if group else ""} "{name}" '
+        "already exists",
         {"name": name, "kind": plural, **({"group": group} if group else {})},
     )
 

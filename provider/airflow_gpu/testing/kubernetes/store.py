@@ -128,8 +128,9 @@ class Store:
         resource = RESOURCES[plural]
         metadata = obj.setdefault("metadata", {})
         name = metadata["name"]
-        if (namespace, name) in self._objects[plural]:
-            raise already_exists(plural, name, resource.group)
+        held = self._objects[plural].get((namespace, name))
+        if held is not None:
+            raise already_exists(plural, name, resource.group, bool(held["metadata"].get("deletionTimestamp")))
         obj["apiVersion"], obj["kind"] = resource.api_version, resource.kind
         if resource.namespaced:
             metadata["namespace"] = namespace
