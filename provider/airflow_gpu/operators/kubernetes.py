@@ -1,25 +1,26 @@
 """``GPUKubernetesOperator``: a ``KubernetesPodOperator`` that takes an accelerator spec and rides out spot.
 
 This module only translates; the pieces live elsewhere. Each pod is KPO's, built from the user's
-(rendered) arguments, with the run's placement added on top (``accelerators.kubernetes`` for the
-spec, ``accelerators.pod_merge`` so that a user's tolerations, volumes or affinity add to the GPU
-ones); the operator's own fields are never rewritten between pods. Each finished pod is
-classified (``spot.classifier``) and the spot run (``spot.run``) decides: a preempted pod is
-replaced inside the same task try, a pod unschedulable past ``capacity_timeout`` moves to the
-next candidate and then on-demand, a bug fails without burning retries. The workload gets the
-run's environment, a spot notice file (``preStop``) and SIGTERM with the policy's grace period.
-The run's state rides through each deferral and on every pod (annotation ``airflow-gpu/state``).
-A retry reattaches only to a pod with this task try's identity (dag, task, run, map index, an
-earlier or equal try, the recorded uid): a name is a slot, not an identity (apache/airflow#71743).
-Everything else is KPO's: pod launching, log streaming, cleanup, ``on_kill``.
+(rendered) arguments, with the run's placement added on top (``kubernetes_pod``: the spec's parts
+from ``accelerators.kubernetes``, added to a user's tolerations, volumes or affinity); the
+operator's own fields are never rewritten between pods. Each finished pod is classified
+(``spot.classifier``, from what ``kubernetes_reads`` asks the cluster) and the spot run
+(``spot.run``) decides: a preempted pod is replaced inside the same task try, a pod unschedulable
+past ``capacity_timeout`` moves to the next candidate and then on-demand, a bug fails without
+burning retries. The workload gets the run's environment, a spot notice file (``preStop``) and
+SIGTERM with the policy's grace period. The run's state rides through each deferral and on every
+pod (annotation ``airflow-gpu/state``). A retry reattaches only to a pod with this task try's
+identity (dag, task, run, map index, an earlier or equal try, the recorded uid): a name is a slot,
+not an identity (apache/airflow#71743). Everything else is KPO's: pod launching, log streaming,
+cleanup, ``on_kill``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import time
 from collections.abc import Mapping, Sequence
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 try:
@@ -37,30 +38,24 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from airflow_gpu.accelerators.errors import AcceleratorSpecError
-from airflow_gpu.accelerators.kubernetes import CAPACITIES, KubernetesPlacement, LabelScheme, MigStrategy, to_kubernetes
+from airflow_gpu.accelerators.kubernetes import CAPACITIES, LabelScheme, MigStrategy
 from airflow_gpu.accelerators.quantities import CpuAmount, MemoryAmount
 from airflow_gpu.accelerators.shared_memory import SharedMemory
 from airflow_gpu.accelerators.spec import Accelerator, parse_candidates
-from airflow_gpu.hooks.kubernetes import cluster_gpu_capacity, node_capacity_type
 from airflow_gpu.images.selection import resolve_image
 from airflow_gpu.links.profile import GPUProfileLink
-from airflow_gpu.operators.gpu_profile import (
-    ENV_SPOT_NOTICE,
-    check_interval,
-    profiled_by_default,
-    profiler_environment,
-    publish_profile,
-    wrapped,
-)
+from airflow_gpu.operators.gpu_profile import check_interval, profiled_by_default, publish_profile
 from airflow_gpu.operators.kubernetes_deferral import replacement_plan
+from airflow_gpu.operators.kubernetes_pod import STATE_ANNOTATION, dress, placement
+from airflow_gpu.operators.kubernetes_reads import ClusterReads
 from airflow_gpu.operators.spot_task import bad_result, fail, log_interruptions, publish
-from airflow_gpu.spot.classifier import Classification, Outcome, classify_deleted_pod, classify_pod, node_stays
+from airflow_gpu.spot.classifier import Classification, Outcome, classify_deleted_pod, classify_pod
 from airflow_gpu.spot.policy import Capacity, SpotPolicy
 from airflow_gpu.spot.run import SpotRun
 from airflow_gpu.triggers.kubernetes import LAST_SEEN_KEY, STATE_KEY, GPUPodTrigger
-from airflow_gpu.utils.kubernetes import add_placement, to_dict
+from airflow_gpu.utils.kubernetes import to_dict
 from airflow_gpu.utils.pod_identity import identity_mismatch
-from airflow_gpu.utils.results import ResultError, WorkloadOutput, read_output
+from airflow_gpu.utils.results import ResultError, WorkloadOutput
 
 if TYPE_CHECKING:
     from datetime import timedelta
@@ -68,10 +63,6 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
     from airflow.triggers.base import BaseTrigger
 
-#: Where the ``preStop`` hook writes the spot notice; ``{pod}`` keeps pods apart on shared hosts.
-SPOT_NOTICE_PATH = "/tmp/airflow-gpu/{pod}/spot-notice"
-#: Pod annotation holding the run's state, read back when a retry reattaches to the pod.
-STATE_ANNOTATION = "airflow-gpu/state"
 UNREAD = "the pod was gone before its log could be read"
 
 
@@ -140,14 +131,13 @@ class GPUKubernetesOperator(KubernetesPodOperator):
         super().__init__(image=self.images[0], **kwargs)
         if not any(isinstance(v, str) and "{{" in v for v in (cpu, memory)):  # else translated once rendered
             for index in range(len(self.candidates)):
-                self._placement(index, capacity)
+                placement(self, index, capacity)
         self.spot_run = SpotRun.start(self.spot, self.candidates, "kubernetes", capacity)
         self._outcome: Classification | None = None
         self._logged_result: Any = None
         self._result_error: ResultError | None = None
         self._output: WorkloadOutput | None = None  # what the ended pod's log held
         self._unread: str | None = None  # why its log could not be read
-        self._nodes: dict[str, tuple[str | None, str | None]] = {}  # node -> (instance type, capacity type)
         self._dropped: k8s.V1Pod | None = None  # the pod KPO's _clean found gone
         self._defer_context: Context | None = None  # while KPO's invoke_defer_method runs
 
@@ -155,65 +145,17 @@ class GPUKubernetesOperator(KubernetesPodOperator):
     def accelerator(self) -> Accelerator:  # the candidate the next (or current) pod runs on
         return self.candidates[self.spot_run.placement.candidate]
 
+    @cached_property
+    def reads(self) -> ClusterReads:
+        """What the cluster says of an ended pod and its node, through KPO's client."""
+        return ClusterReads(self.client)
+
     # --- the pod: KPO's, plus the run's placement -----------------------------------------
 
-    def _placement(self, candidate: int, capacity: Capacity | None) -> KubernetesPlacement:
-        """The spec's pod parts for a candidate, from the rendered ``cpu`` and ``memory``."""
-        return to_kubernetes(
-            self.candidates[candidate],
-            cpu=self.cpu,
-            memory=self.memory,
-            shared_memory=self.shared_memory,
-            capacity=capacity,
-            label_scheme=self.node_label_scheme,
-            mig_strategy=self.mig_strategy,
-        )
-
     def build_pod_request_obj(self, context: Context | None = None, *, dry_run: bool = False) -> k8s.V1Pod:
-        """KPO's pod with the placement added, the run's environment, the spot-notice hook and state."""
-        pod = super().build_pod_request_obj(context, dry_run=dry_run)
-        candidate = self.spot_run.placement.candidate
-        placement = self._placement(candidate, self.spot_run.placement.capacity)
-        container = next(c for c in pod.spec.containers if c.name == self.base_container_name)
-        container.image = self.images[candidate]
-        add_placement(pod, container, placement)
-        pod.metadata.name = self._pod_name(pod.metadata.name, context)
-        notice_file = SPOT_NOTICE_PATH.format(pod=pod.metadata.name)
-        env = {**self.spot_run.environment(), ENV_SPOT_NOTICE: notice_file}
-        if self.gpu_profile:
-            env |= profiler_environment(self.profile_interval, self.spot_run.capacity)
-            self._wrap(container)
-        kept = [e for e in container.env or [] if e.name not in env]  # every variable once
-        container.env = [*kept, *(k8s.V1EnvVar(name=k, value=v) for k, v in env.items())]
-        if container.lifecycle is None:
-            notice = f"mkdir -p {notice_file.rsplit('/', 1)[0]} && date -u +%Y-%m-%dT%H:%M:%SZ > {notice_file}"
-            container.lifecycle = k8s.V1Lifecycle(
-                pre_stop=k8s.V1LifecycleHandler(_exec=k8s.V1ExecAction(command=["/bin/sh", "-c", notice]))
-            )
-        pod.metadata.labels = {
-            **(pod.metadata.labels or {}),
-            "airflow-gpu/accelerator": self.accelerator.type.lower(),
-            "airflow-gpu/capacity": self.spot_run.capacity,
-        }
-        state = json.dumps(self.spot_run.to_json())
-        pod.metadata.annotations = {**(pod.metadata.annotations or {}), STATE_ANNOTATION: state}
-        return pod
-
-    def _wrap(self, container: k8s.V1Container) -> None:
-        """The base container's command under the profiler; the image's own entrypoint cannot be wrapped."""
-        if not container.command:
-            self.log.warning("gpu_profile needs `cmds`: the image's own entrypoint cannot be wrapped; not profiling")
-            return
-        container.command = wrapped([*container.command, *(container.args or [])], self.profile_interval)
-        container.args = None
-
-    def _pod_name(self, built: str, context: Context | None) -> str:
-        """A mapped instance's pods carry its map index, in every process (deferrals included)."""
-        map_index = getattr(context["ti"], "map_index", None) if context else None
-        if map_index is None or map_index < 0 or not self.name:
-            return built
-        name = f"{self.name}-{map_index}"
-        return add_unique_suffix(name=name) if self.random_name_suffix else name
+        """KPO's pod with the placement added, the run's environment, the spot-notice hook and state
+        (``kubernetes_pod``)."""
+        return dress(self, super().build_pod_request_obj(context, dry_run=dry_run), context)
 
     # --- state that outlives this process: deferrals and worker crashes -------------------
 
@@ -288,92 +230,33 @@ class GPUKubernetesOperator(KubernetesPodOperator):
             super().cleanup(pod, remote_pod, xcom_result, context)
 
     def _classify(self, pod: k8s.V1Pod) -> None:
-        current = self._read_pod(pod)
+        current = self.reads.pod(pod)
         if current is None:  # gone: a node reclaim, or deleted by a person while its node stayed
             last_seen = to_dict(pod)
             self._outcome = classify_deleted_pod(last_seen, self._node_stays(pod.spec.node_name if pod.spec else None))
             return
         self._outcome = classify_pod(current)
         if self._outcome.outcome is not Outcome.UNSCHEDULABLE and (self.gpu_profile or not self.do_xcom_push):
-            self._read_log(pod)
+            self._output, self._unread = self.reads.output(pod, self.base_container_name)
         if self._outcome.outcome is Outcome.SUCCEEDED and not self.do_xcom_push and self._output is not None:
             self._logged_result = self._output.result
             self._result_error = self._output.result_error  # a bug in the workload: raised after cleanup
         if self._outcome.outcome is Outcome.UNSCHEDULABLE:
-            self._delete_and_wait(pod)  # never leave a pending pod to start later
+            self.reads.delete_and_wait(pod)  # never leave a pending pod to start later
 
-    def _node_stays(self, node: str | None) -> bool | None:  # a drain or reclaim on its way: going
-        if not node:
-            return None
-        for attempt in range(3):  # "cannot tell" counts as a reclaim: a throttled or failed read must not
-            try:
-                found = to_dict(self.client.read_node(node))
-            except ApiException as error:
-                if error.status == 404:
-                    return False
-                if error.status in (429, 500, 502, 503, 504) and attempt < 2:
-                    time.sleep(0.5 * (attempt + 1))  # backoff before asking the API server again
-                    continue
-                return None  # 403 (no `get nodes`): we cannot tell
-            return node_stays(found)
-        return None
-
-    def _read_pod(self, pod: k8s.V1Pod) -> dict[str, Any] | None:
-        try:
-            fresh = self.client.read_namespaced_pod(pod.metadata.name, pod.metadata.namespace)
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-        serialized: dict[str, Any] = to_dict(fresh)
-        return serialized
-
-    def _read_log(self, pod: k8s.V1Pod) -> None:
-        """The result line and the GPU profile the base container printed."""
-        try:
-            response = self.client.read_namespaced_pod_log(
-                pod.metadata.name, pod.metadata.namespace, container=self.base_container_name, _preload_content=False
-            )
-        except ApiException as error:  # the pod's outcome stands without its log
-            self._unread = f"its log could not be read ({error.status} {error.reason})"
-            return
-        except Exception as error:  # a timeout or a dropped connection: the same
-            self._unread = f"its log could not be read ({type(error).__name__}: {error})"
-            return
-        self._output, self._unread = read_output(response.data.decode("utf-8", "replace").splitlines()), None
+    def _node_stays(self, node: str | None) -> bool | None:
+        return self.reads.node_stays(node)
 
     def _publish_profile(self, context: Context, pod_name: str | None, node: str | None) -> None:
         if self.gpu_profile:
-            instance_type, capacity = self._node_facts(node)
+            instance_type, capacity = self.reads.node_facts(node)
             output, unread = self._output, self._unread
-            if not self.cmds:  # see _wrap: the image's own entrypoint ran, unprofiled
+            if not self.cmds:  # see kubernetes_pod: the image's own entrypoint ran, unprofiled
                 output, unread = None, "the pod ran the image's own entrypoint (no `cmds`), which cannot be wrapped"
             publish_profile(
                 context, output, run=self.spot_run, accelerator=self.accelerator, workload=pod_name,
                 instance_type=instance_type, capacity=capacity, log=self.log, unread=unread,
             )  # fmt: skip
-
-    def _node_facts(self, node: str | None) -> tuple[str | None, str | None]:
-        """The node's instance type and capacity type (its labels), for the cost: "spot-if-available"
-        does not say which the pod got. (None, None) when the node cannot be read."""
-        if not node:
-            return None, None
-        if node not in self._nodes:
-            try:
-                labels = self.client.read_node(node).metadata.labels or {}
-            except ApiException:  # 403 without `get nodes`, 404 once reclaimed: the estimate does without
-                self._nodes[node] = (None, None)
-            else:
-                kind = labels.get("node.kubernetes.io/instance-type") or labels.get("beta.kubernetes.io/instance-type")
-                self._nodes[node] = (kind, node_capacity_type(labels))
-        return self._nodes[node]
-
-    def _delete_and_wait(self, pod: k8s.V1Pod) -> None:
-        with contextlib.suppress(ApiException):
-            self.client.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and self._read_pod(pod) is not None:
-            time.sleep(0.5)
 
     def execute_sync(self, context: Context) -> Any:
         while True:
@@ -477,19 +360,10 @@ class GPUKubernetesOperator(KubernetesPodOperator):
         publish(context, self.spot_run, node)
         self._publish_profile(context, pod, node)
         if decision.action != "resubmit":
-            detail = self._capacity_summary() if result.outcome is Outcome.UNSCHEDULABLE else ""
+            detail = self.reads.capacity_summary() if result.outcome is Outcome.UNSCHEDULABLE else ""
             fail(self.spot_run, decision, detail, error)
         self.pod = self.pod_request_obj = self.remote_pod = None
         self.log.info("Submitting a new pod on %s (%s capacity)", self.accelerator, self.spot_run.capacity)
 
     def _node(self) -> str | None:
         return getattr(getattr(self.remote_pod or self.pod, "spec", None), "node_name", None)
-
-    def _capacity_summary(self) -> str:
-        try:
-            offered = cluster_gpu_capacity(self.client)  # the client KPO built, config_file included
-        except Exception:  # the summary is a courtesy; the failure message stands without it
-            return ""
-        if not offered:
-            return "\nThe cluster offers no GPUs."
-        return "\nThe cluster offers:" + "".join(f"\n  - {c}" for c in offered)

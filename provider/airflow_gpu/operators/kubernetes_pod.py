@@ -1,0 +1,95 @@
+"""The pod of ``GPUKubernetesOperator``'s current placement: KPO's pod, dressed for the GPU and the spot run.
+
+Building is kept apart from running, as cncf-kubernetes keeps ``pod_generator`` apart from
+``pod_manager``. KPO builds the pod from the user's (rendered) arguments; here the placement of the
+run's current candidate and capacity goes on top (``accelerators.kubernetes`` for the spec,
+``utils.kubernetes.add_placement`` so that a user's tolerations, volumes or affinity add to the
+GPU ones), with the candidate's image, the run's environment (every variable once), the profiler
+around the command, a ``preStop`` hook that writes the spot notice, the labels the shared watch
+selects on, and the run's state as an annotation, read back when a retry reattaches to the pod.
+The operator's own fields are never rewritten between pods.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import add_unique_suffix
+from kubernetes.client import models as k8s
+
+from airflow_gpu.accelerators.kubernetes import KubernetesPlacement, to_kubernetes
+from airflow_gpu.operators.gpu_profile import ENV_SPOT_NOTICE, profiler_environment, wrapped
+from airflow_gpu.spot.policy import Capacity
+from airflow_gpu.utils.kubernetes import add_placement
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_gpu.operators.kubernetes import GPUKubernetesOperator
+
+#: Where the ``preStop`` hook writes the spot notice; ``{pod}`` keeps pods apart on shared hosts.
+SPOT_NOTICE_PATH = "/tmp/airflow-gpu/{pod}/spot-notice"
+#: Pod annotation holding the run's state, read back when a retry reattaches to the pod.
+STATE_ANNOTATION = "airflow-gpu/state"
+
+
+def placement(op: GPUKubernetesOperator, candidate: int, capacity: Capacity | None) -> KubernetesPlacement:
+    """The spec's pod parts for a candidate, from the rendered ``cpu`` and ``memory``."""
+    return to_kubernetes(
+        op.candidates[candidate],
+        cpu=op.cpu,
+        memory=op.memory,
+        shared_memory=op.shared_memory,
+        capacity=capacity,
+        label_scheme=op.node_label_scheme,
+        mig_strategy=op.mig_strategy,
+    )
+
+
+def dress(op: GPUKubernetesOperator, pod: k8s.V1Pod, context: Context | None) -> k8s.V1Pod:
+    """KPO's pod with the placement added, the run's environment, the spot-notice hook and state."""
+    run = op.spot_run
+    candidate = run.placement.candidate
+    container = next(c for c in pod.spec.containers if c.name == op.base_container_name)
+    container.image = op.images[candidate]
+    add_placement(pod, container, placement(op, candidate, run.placement.capacity))
+    pod.metadata.name = _pod_name(op, pod.metadata.name, context)
+    notice_file = SPOT_NOTICE_PATH.format(pod=pod.metadata.name)
+    env = {**run.environment(), ENV_SPOT_NOTICE: notice_file}
+    if op.gpu_profile:
+        env |= profiler_environment(op.profile_interval, run.capacity)
+        _wrap(op, container)
+    kept = [e for e in container.env or [] if e.name not in env]  # every variable once
+    container.env = [*kept, *(k8s.V1EnvVar(name=k, value=v) for k, v in env.items())]
+    if container.lifecycle is None:
+        notice = f"mkdir -p {notice_file.rsplit('/', 1)[0]} && date -u +%Y-%m-%dT%H:%M:%SZ > {notice_file}"
+        container.lifecycle = k8s.V1Lifecycle(
+            pre_stop=k8s.V1LifecycleHandler(_exec=k8s.V1ExecAction(command=["/bin/sh", "-c", notice]))
+        )
+    pod.metadata.labels = {
+        **(pod.metadata.labels or {}),
+        "airflow-gpu/accelerator": op.accelerator.type.lower(),
+        "airflow-gpu/capacity": run.capacity,
+    }
+    state = json.dumps(run.to_json())
+    pod.metadata.annotations = {**(pod.metadata.annotations or {}), STATE_ANNOTATION: state}
+    return pod
+
+
+def _wrap(op: GPUKubernetesOperator, container: k8s.V1Container) -> None:
+    """The base container's command under the profiler; the image's own entrypoint cannot be wrapped."""
+    if not container.command:
+        op.log.warning("gpu_profile needs `cmds`: the image's own entrypoint cannot be wrapped; not profiling")
+        return
+    container.command = wrapped([*container.command, *(container.args or [])], op.profile_interval)
+    container.args = None
+
+
+def _pod_name(op: GPUKubernetesOperator, built: str, context: Context | None) -> str:
+    """A mapped instance's pods carry its map index, in every process (deferrals included)."""
+    map_index = getattr(context["ti"], "map_index", None) if context else None
+    if map_index is None or map_index < 0 or not op.name:
+        return built
+    name = f"{op.name}-{map_index}"
+    return add_unique_suffix(name=name) if op.random_name_suffix else name
