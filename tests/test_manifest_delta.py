@@ -58,3 +58,36 @@ def test_a_placement_that_changes_resources_does_not_repeat_the_command() -> Non
     change = delta(spot, on_demand)
     assert apply(spot, change) == on_demand
     assert len(json.dumps(change)) < 500 and "xxxx" not in json.dumps(change)
+
+
+def test_a_batch_placement_repeats_neither_the_environment_nor_a_multi_node_jobs_overrides() -> None:
+    """A multi-node job's overrides sit in a list of node ranges without names: compared by position.
+    An environment whose names stay in their order carries the changed variables only."""
+    environment = [{"name": f"SETTING_{i}", "value": "v" * 100} for i in range(60)]
+    spot = {
+        "jobQueue": "gpu-spot",
+        "nodeOverrides": {"nodePropertyOverrides": [{"targetNodes": "0:", "containerOverrides": {
+            "command": ["python", "-c", "x" * 2_000],
+            "environment": [*environment, {"name": "AIRFLOW_GPU_CAPACITY", "value": "spot"}],
+            "resourceRequirements": [{"type": "GPU", "value": "8"}, {"type": "VCPU", "value": "96"}],
+        }}]},
+    }  # fmt: skip
+    on_demand = json.loads(json.dumps(spot))
+    on_demand["jobQueue"] = "gpu-on-demand"
+    overrides = on_demand["nodeOverrides"]["nodePropertyOverrides"][0]["containerOverrides"]
+    overrides["environment"][-1]["value"] = "on-demand"
+    overrides["resourceRequirements"][0]["value"] = "4"
+    change = delta(spot, on_demand)
+    assert apply(spot, change) == on_demand
+    assert len(json.dumps(change)) < 300 and "SETTING_" not in json.dumps(change)
+
+
+def test_a_delta_an_earlier_release_wrote_still_applies() -> None:
+    """A pod trigger stored before the layout form (every name in order, an item for each) is read
+    by the new triggerer after an upgrade."""
+    base = [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]
+    written_before = {"$by_name": {"order": ["B", "C"], "items": [{"value": "3"}, {"$new": {"name": "C"}}]}}
+    assert apply(base, written_before) == [{"name": "B", "value": "3"}, {"name": "C"}]
+    assert apply(base, delta(base, [{"name": "B", "value": "3"}, {"name": "C"}])) == [
+        {"name": "B", "value": "3"}, {"name": "C"},
+    ]  # fmt: skip

@@ -26,7 +26,8 @@ from airflow_gpu.testing.batch.compute import LOG_GROUP
 from airflow_gpu.testing.batch.emulator import BatchEmulator
 from airflow_gpu.testing.polling import wait_for
 from airflow_gpu.triggers.batch import GPUBatchJobTrigger
-from tests.operators.test_batch_operator_runs import RESULT, Store, Ti, described
+from airflow_gpu.triggers.batch_resubmission import BatchResubmission
+from tests.operators.test_batch_operator_runs import RESULT, Store, Ti, described, stopped_at
 
 pytestmark = pytest.mark.slow
 QUEUES = {"spot": "gpu-spot", "on-demand": "gpu-on-demand"}
@@ -159,6 +160,7 @@ def test_a_reclaim_past_the_spot_budget_is_resubmitted_on_demand_by_the_trigger(
     assert event["job_id"] == jobs[1]["jobId"] == ti.xcom["batch_job_id"]
     [interruption] = ti.xcom["gpu_interruptions"]
     assert interruption["workload"] == jobs[0]["jobId"] and interruption["outcome"] == "preempted"
+    assert interruption["time"] == stopped_at(jobs[0]["attempts"][-1])  # when it happened, not when it was seen
     assert ti.xcom["batch_job_details"]["job_id"] == jobs[1]["jobId"]
     assert store[STATE_KEY]["open"] is False and store[STATE_KEY]["run"]["workload"] == jobs[1]["jobId"]
     assert f"[{jobs[0]['jobId']}] checkpoint 1" in TriggerLog.lines  # the trigger wrote the reclaimed job's log
@@ -207,6 +209,40 @@ def test_capacity_timeout_cancels_and_moves_on_from_the_trigger(aws_default_conn
     assert [i["outcome"] for i in ti.xcom["gpu_interruptions"]] == []  # no capacity is no interruption
 
 
+def test_the_trigger_skips_a_placement_its_queue_does_not_launch_as_the_worker_would(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The spot queue launches g5 (A10G) only, the on-demand queue g5 and g6 (L4). A10G gets no spot
+    capacity; the policy's next placement, L4 on spot, is one the spot queue never launches: the
+    trigger submits L4 to the on-demand queue at once, as the worker's ``submit_job`` would, from
+    what the worker read of the queues (the triggerer describes no compute environment)."""
+    from airflow_gpu.testing.batch.compute import DEMO, BatchSetup, ComputeEnvironmentSpec
+
+    setup = BatchSetup(
+        (
+            ComputeEnvironmentSpec("gpu-spot-ce", "SPOT", ("g5",)),
+            ComputeEnvironmentSpec("gpu-on-demand-ce", "EC2", ("g5", "g6")),
+        ),
+        DEMO.queues,
+    )
+    with BatchEmulator(setup, stop_timeout=2) as emulator:
+        monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", emulator.airflow_connection_uri())
+        emulator.stall("gpu-spot-ce")
+        ti, spot = Ti(), {"capacity_timeout": 1.0}
+        context = {"ti": ti, "task_state_store": Store()}
+        candidates = ["A10G:1", "L4:1"]
+        deferred = defer(context, accelerator=candidates, command=[sys.executable, "-c", RESULT], spot=spot)
+        event = asyncio.run(first_event(trigger_of(deferred)))
+        assert resume(deferred, event, context, accelerator=candidates, spot=spot) == {"loss": 0.25}
+        jobs = described(emulator)
+    assert [(j["jobName"], j["jobQueue"].rsplit("/", 1)[-1]) for j in jobs] == [
+        ("train", "gpu-spot"), ("train-r1", "gpu-on-demand"),
+    ]  # fmt: skip
+    environment = {e["name"]: e["value"] for e in jobs[1]["container"]["environment"]}
+    assert environment["AIRFLOW_GPU_ACCELERATOR"] == "L4" and environment["AIRFLOW_GPU_CAPACITY"] == "on-demand"
+    assert "L4 (spot capacity) is not offered by its queue; using L4 (on-demand capacity)" in TriggerLog.lines
+
+
 def test_a_deferral_past_execution_timeout_terminates_the_replacement_too(
     aws_default_connection: BatchEmulator,
 ) -> None:
@@ -241,12 +277,10 @@ def test_racing_triggers_keep_the_oldest_job_and_cancel_the_other(aws_default_co
     deferred = defer(context, command=slow)
     plan = deferred.trigger.serialize()[1]["gpu_spot"]
     batch = emulator.client("batch")
-    arguments = {**plan["submissions"]["0/on-demand"], "jobName": "train-r1"}
+    arguments = {**BatchResubmission.from_argument(plan).arguments("0/on-demand"), "jobName": "train-r1"}
     older, newer = (batch.submit_job(**arguments)["jobId"] for _ in range(2))
     other_try = batch.submit_job(**{**arguments, "tags": {**arguments["tags"], "airflow-gpu/try": "2"}})["jobId"]
     racer = trigger_of(deferred)
-    from airflow_gpu.triggers.batch_resubmission import BatchResubmission
-
     racer.job_id, racer._resubmission = newer, BatchResubmission.from_argument(plan)
     racer._submitted = ("gpu-on-demand", "train-r1")
     racer._converge(asyncio.run(racer._hook()))
@@ -267,7 +301,8 @@ def test_mark_failed_also_stops_a_replacement_the_trigger_has_not_taken_up_yet(
     deferred = defer(context, command=slow)
     plan = deferred.trigger.serialize()[1]["gpu_spot"]
     batch = emulator.client("batch")
-    in_flight = batch.submit_job(**{**plan["submissions"]["0/on-demand"], "jobName": "train-r1"})["jobId"]
+    on_demand = BatchResubmission.from_argument(plan).arguments("0/on-demand")
+    in_flight = batch.submit_job(**{**on_demand, "jobName": "train-r1"})["jobId"]
     worker = operator(command=slow)
     worker.spot_run.submissions = 1  # the worker's own resubmission of the same try, on on-demand
     worker.spot_run.move_to(Placement(0, "on-demand"))

@@ -10,6 +10,7 @@ already left RUNNABLE, most stuck jobs carry no status reason, logs live in the 
 from __future__ import annotations
 
 import sys
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -33,6 +34,11 @@ def operator(**kwargs: Any) -> GPUBatchOperator:
     return GPUBatchOperator(
         task_id="train", poll_interval=0.2, awslogs_fetch_interval=0.5, log_lag=3, spot=spot, **kwargs
     )
+
+
+def stopped_at(attempt: dict[str, Any]) -> str:
+    """An attempt's ``stoppedAt`` (epoch milliseconds) as an interruption record's ``time``."""
+    return datetime.fromtimestamp(attempt["stoppedAt"] / 1000, timezone.utc).isoformat()
 
 
 def described(emulator: BatchEmulator) -> list[dict[str, Any]]:
@@ -138,7 +144,8 @@ def test_a_retry_after_a_crash_restores_the_state_before_deciding_on_a_failed_jo
     aws_default_connection: BatchEmulator, tmp_path: Any
 ) -> None:
     """Behaviour 4: the job was reclaimed past the budget while no process watched it: the retry
-    records the interruption and falls back to on-demand, where the job runs again."""
+    records the interruption (at the time the attempt stopped, not when the retry saw it) and falls
+    back to on-demand, where the job runs again."""
     emulator, store, hold = aws_default_connection, Store(), tmp_path / "release"
     wait = f"import os, time\nwhile not os.path.exists({str(hold)!r}): time.sleep(0.1)\n"  # the test says when
     command = [sys.executable, "-c", wait + RESULT]
@@ -154,6 +161,7 @@ def test_a_retry_after_a_crash_restores_the_state_before_deciding_on_a_failed_jo
     assert second["jobQueue"].endswith("/gpu-on-demand")
     (interruption,) = ti.xcom["gpu_interruptions"]
     assert interruption["workload"] == first["jobId"] and interruption["outcome"] == "preempted"
+    assert interruption["time"] == stopped_at(first["attempts"][-1])
     env = {e["name"]: e["value"] for e in second["container"]["environment"]}
     assert env["AIRFLOW_GPU_ATTEMPT"] == "2" and env["AIRFLOW_GPU_INTERRUPTIONS"] == "1"
 

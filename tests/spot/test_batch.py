@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from airflow_gpu.spot.batch import (
     CapacityClock,
+    attempts_ended_at,
     capacity_cancel_reason,
     classify_attempt,
     classify_attempts,
@@ -131,3 +132,17 @@ def test_the_strategy_retries_reclaims_within_the_budget_and_nothing_else(budget
     assert action(attempts, RECLAIM, 143) == "EXIT"
     assert action(1, "Essential container in task exited", 1) == "EXIT"
     assert action(1, "Essential container in task exited", None) == "EXIT"
+
+
+def test_each_attempt_ends_at_its_stopped_at_and_a_job_without_attempts_at_its_own() -> None:
+    """``stoppedAt`` is epoch milliseconds on an attempt and on the job (AWS Batch API reference); a
+    job cancelled in RUNNABLE has no attempts, and may have no ``stoppedAt`` either."""
+    from datetime import datetime, timezone
+
+    job = {"status": "FAILED", "stoppedAt": 1_767_225_720_000, "attempts": [
+        {"stoppedAt": 1_767_225_600_000}, {"startedAt": 1_767_225_650_000},
+    ]}  # fmt: skip
+    assert attempts_ended_at(job) == [datetime(2026, 1, 1, tzinfo=timezone.utc), None]
+    assert attempts_ended_at({**job, "attempts": []}) == [datetime(2026, 1, 1, 0, 2, tzinfo=timezone.utc)]
+    assert attempts_ended_at({"status": "FAILED", "attempts": []}) == [None]
+    assert len(attempts_ended_at(job)) == len(classify_attempts(job))

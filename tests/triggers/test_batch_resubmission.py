@@ -83,6 +83,28 @@ def test_a_replayed_trigger_decides_the_same_and_counts_each_attempt_once() -> N
     assert first.next_name() == replay.next_name() == "train-r1"
 
 
+def test_an_interruption_is_stamped_with_when_its_attempt_stopped_however_late_it_is_replayed() -> None:
+    """A restarted trigger replays the run from its first arguments minutes later: each record keeps
+    the time Batch says the attempt stopped (``attempts[].stoppedAt``, epoch milliseconds), so the
+    replay's records are the first run's, to the letter."""
+    job = reclaimed("job-1", attempts=2)
+    job["attempts"] = [{**a, "stoppedAt": 1_767_225_600_000 + 60_000 * i} for i, a in enumerate(job["attempts"])]
+    spot = plan(SpotPolicy(max_interruptions=1))
+    first, replay = BatchResubmission.from_argument(spot), BatchResubmission.from_argument(spot)
+    assert first.decide(job) is not None and replay.decide(job) is not None
+    assert [i["time"] for i in first.run.interruptions] == ["2026-01-01T00:00:00+00:00", "2026-01-01T00:01:00+00:00"]
+    assert first.run.interruptions == replay.run.interruptions
+
+
+def test_a_job_without_a_stop_time_is_stamped_when_it_is_seen() -> None:
+    from datetime import datetime, timedelta, timezone
+
+    resubmission = BatchResubmission.from_argument(plan())
+    assert resubmission.decide(reclaimed("job-1")) is not None  # no stoppedAt anywhere
+    (record,) = resubmission.run.interruptions
+    assert datetime.now(timezone.utc) - datetime.fromisoformat(record["time"]) < timedelta(minutes=1)
+
+
 def test_what_the_worker_concludes_leaves_the_run_untouched() -> None:
     """A success, a bug, or an interruption after which the policy gives up: the worker records it."""
     resubmission = BatchResubmission.from_argument(plan(SpotPolicy(max_interruptions=0, fallback_to_on_demand=False)))

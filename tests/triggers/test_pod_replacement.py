@@ -70,6 +70,24 @@ def test_each_interruption_is_counted_once_however_often_the_trigger_replays_it(
     assert state["submissions"] == 2 and len(state["interruptions"]) == 2
 
 
+def test_an_interruption_is_stamped_with_when_the_pod_ended_not_when_it_was_replayed() -> None:
+    """The pod's last state tells when it ended: its container's ``finishedAt`` (a graceful node
+    shutdown), else the ``deletionTimestamp`` of a pod that vanished with its node."""
+    stopped = {
+        "metadata": {"name": "train-abc12345", "deletionTimestamp": "2026-01-01T00:05:00Z"},
+        "status": {"containerStatuses": [{"name": "base", "state": {"terminated": {
+            "exitCode": 143, "startedAt": "2025-12-31T23:00:00Z", "finishedAt": "2026-01-01T00:00:30Z",
+        }}}]},
+    }  # fmt: skip
+    vanished = {"metadata": {"name": "train-abc12345-r1", "deletionTimestamp": "2026-01-01T01:00:00Z"}}
+    replacement = PodReplacement.from_argument(argument(max_interruptions=2), "base", "delete_pod")
+    replacement.decide("train-abc12345", PREEMPTED, "gpu-spot-1", stopped)
+    replacement.decide("train-abc12345-r1", PREEMPTED, "gpu-spot-2", vanished)
+    assert [i["time"] for i in replacement.run.interruptions] == [
+        "2026-01-01T00:00:30+00:00", "2026-01-01T01:00:00+00:00",
+    ]  # fmt: skip
+
+
 def test_a_bug_or_a_success_is_not_the_triggers_to_act_on() -> None:
     replacement = PodReplacement.from_argument(argument(), "base", "delete_pod")
     assert not replacement.replaceable(Classification(Outcome.APPLICATION, "Error", "exit 3", exit_code=3))

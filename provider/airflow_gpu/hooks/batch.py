@@ -26,6 +26,7 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
 
 from airflow_gpu.accelerators.batch import instance_offers
 from airflow_gpu.accelerators.batch_queues import QueueOffer, unreadable_types
+from airflow_gpu.utils.batch_logs import DEFAULT_LOG_GROUP, attempt_streams, log_group
 from airflow_gpu.utils.results import RESULT_MARKER, WorkloadOutput, read_output
 
 __all__ = ["DEFAULT_LOG_GROUP", "SPEC_HASH_TAG", "GPUBatchHook", "QueueOffer", "definition_hash"]
@@ -35,8 +36,6 @@ _MISSING = object()
 SPEC_HASH_TAG = "airflow-gpu/spec-hash"
 DESCRIBE_JOBS_LIMIT = 100
 SPOT_TYPES = frozenset({"SPOT", "FARGATE_SPOT"})
-#: Where a job logs when its definition names no ``awslogs-group`` (the Batch default).
-DEFAULT_LOG_GROUP = "/aws/batch/job"
 #: How many times DescribeJobs is tried when Batch throttles it, as ``get_job_description`` does.
 THROTTLE_RETRIES = 8
 #: Polls for a job DescribeJobs does not return yet before the job is taken for lost.
@@ -201,20 +200,9 @@ class GPUBatchHook(BatchClientHook):
 
     # --- logs -----------------------------------------------------------------------------
 
-    @staticmethod
-    def log_group(job: Mapping[str, Any]) -> str | None:
-        """The job's CloudWatch log group, as ``get_job_all_awslogs_info`` reads it; None without awslogs."""
-        configuration = (job.get("container") or {}).get("logConfiguration") or {}
-        if configuration.get("logDriver", "awslogs") != "awslogs":
-            return None
-        return str((configuration.get("options") or {}).get("awslogs-group") or DEFAULT_LOG_GROUP)
-
-    @staticmethod
-    def attempt_streams(job: Mapping[str, Any]) -> list[str]:
-        """Each attempt's log stream, oldest first (the running attempt's last)."""
-        streams = [(a.get("container") or {}).get("logStreamName") for a in job.get("attempts") or []]
-        streams.append((job.get("container") or {}).get("logStreamName"))
-        return [s for s in dict.fromkeys(streams) if s]
+    #: Where a job's logs are (``utils.batch_logs``): its group, and each attempt's stream.
+    log_group = staticmethod(log_group)
+    attempt_streams = staticmethod(attempt_streams)
 
     def attempt_lines(self, job: Mapping[str, Any], limit: int = 10_000) -> list[str]:
         """Every attempt's log lines, oldest attempt first (the last ``limit`` of each), read with this

@@ -34,10 +34,11 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_gpu.operators.delegation import DelegatedRun, outside_the_users_dag
-from airflow_gpu.operators.spot_task import bad_result, fail, log_interruptions, publish, save_run
+from airflow_gpu.operators.spot_task import bad_result, fail, publish, save_run
 from airflow_gpu.operators.training_job_cluster import TrainingJobs
 from airflow_gpu.spot.classifier import Classification, Outcome
 from airflow_gpu.spot.training_job import JobEnd, JobPods, StuckClock, job_end, node_of, rank_of
+from airflow_gpu.triggers.interruption_log import log_interruptions
 from airflow_gpu.utils.kubernetes import to_dict
 from airflow_gpu.utils.pod_log_follower import PodLogFollower
 from airflow_gpu.utils.results import read_output

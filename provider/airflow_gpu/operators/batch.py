@@ -10,7 +10,8 @@ fail without Airflow retries. The run's state is saved before waiting and the tr
 rides in the job's tags, so a retry after a worker crash takes over that job, running or ended,
 instead of submitting another (apache/airflow#72413). Results and logs come from the job's own
 ``awslogs-group``, waiting out CloudWatch's ingestion lag. ``deferrable=True`` waits in
-``GPUBatchJobTrigger`` (one DescribeJobs per 100 jobs for the whole triggerer).
+``GPUBatchJobTrigger`` (one DescribeJobs per 100 jobs for the whole triggerer), which carries the
+spot run on: the deferral and the resume are ``batch_deferral.BatchDeferral``'s.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
         "GPUBatchOperator needs the amazon provider: pip install 'airflow-provider-gpu[amazon]'"
     ) from error
 
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferralTimeout
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_gpu.accelerators import batch_job
 from airflow_gpu.accelerators.batch import BatchPlacement, to_batch
@@ -39,7 +40,7 @@ from airflow_gpu.accelerators.spec import Accelerator, parse_candidates
 from airflow_gpu.hooks.batch import GPUBatchHook
 from airflow_gpu.images.selection import resolve_image
 from airflow_gpu.links.profile import GPUProfileLink
-from airflow_gpu.operators import batch_deferral
+from airflow_gpu.operators.batch_deferral import JOB_ID_XCOM_KEY, RESUBMIT, STATE_KEY, BatchDeferral, first_job_name
 from airflow_gpu.operators.gpu_profile import (
     ENV_SPOT_NOTICE,
     check_interval,
@@ -47,13 +48,14 @@ from airflow_gpu.operators.gpu_profile import (
     profiler_environment,
     publish_profile,
 )
-from airflow_gpu.operators.spot_task import bad_result, fail, log_interruptions, publish, save_run, saved_run
+from airflow_gpu.operators.spot_task import bad_result, fail, publish, save_run, saved_run
 from airflow_gpu.profiling import bundle
 from airflow_gpu.spot import batch as spot_batch
 from airflow_gpu.spot.batch import FINAL, CapacityClock
 from airflow_gpu.spot.policy import Placement, SpotPolicy
 from airflow_gpu.spot.run import SpotRun
-from airflow_gpu.triggers.batch_resubmission import submission_name
+from airflow_gpu.triggers.batch_resubmission import oldest_of_try, submission_name
+from airflow_gpu.triggers.interruption_log import log_interruptions
 from airflow_gpu.utils.batch_links import earlier_job, persist_job_links, persist_log_link
 from airflow_gpu.utils.batch_logs import AttemptLogs
 from airflow_gpu.utils.results import WorkloadOutput
@@ -61,16 +63,11 @@ from airflow_gpu.utils.results import WorkloadOutput
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-JOB_ID_XCOM_KEY = "batch_job_id"
-#: Where the run's state is recorded before waiting (Airflow 3.3+ task state store).
-STATE_KEY = "airflow_gpu_batch_job"
-#: Trigger failures in a row (DescribeJobs keeps failing) before the task gives up on waiting.
-MAX_TRIGGER_ERRORS = 3
 #: Where the profiler writes the spot notice it reads from the instance metadata service.
 SPOT_NOTICE_FILE = "/tmp/airflow-gpu/spot-notice"
 
 
-class GPUBatchOperator(BatchOperator):
+class GPUBatchOperator(BatchDeferral, BatchOperator):
     """Run a container on AWS Batch GPUs described by one accelerator spec.
 
     :param accelerator: ``"A10G:4"``, an ``Accelerator``, or candidates in preference order.
@@ -227,18 +224,15 @@ class GPUBatchOperator(BatchOperator):
         if self.spot_run.submissions == 0:
             return None
         identity = {k: v for k, v in args["tags"].items() if k.startswith("airflow-gpu/")}
-        mine = [
-            j for j in self.gpu_hook.jobs_named(args["jobQueue"], args["jobName"])
-            if all((j.get("tags") or {}).get(k) == v for k, v in identity.items())
-        ]  # fmt: skip
-        return str(min(mine, key=lambda j: (j.get("createdAt") or 0, j["jobId"]))["jobId"]) if mine else None
+        kept = oldest_of_try(self.gpu_hook.jobs_named(args["jobQueue"], args["jobName"]), identity)
+        return str(kept["jobId"]) if kept else None
 
     def submission_arguments(self, context: Context, placement: Placement) -> dict[str, Any]:
         """SubmitJob's arguments for ``placement`` (the run's current one: the job definition is its
         candidate's); a deferred task's trigger submits the next jobs from them."""
         args = {
             **{name: getattr(self, attribute) for name, attribute in batch_job.PASSED_THROUGH.items()},
-            "jobName": submission_name(batch_deferral.first_job_name(self, context), self.spot_run.submissions),
+            "jobName": submission_name(first_job_name(self, context), self.spot_run.submissions),
             "jobQueue": self._queue_for(placement),
             "jobDefinition": self._definition(context),
             "tags": {**(self.tags or {}), **batch_job.identity_tags(context["ti"])},
@@ -287,7 +281,8 @@ class GPUBatchOperator(BatchOperator):
         return bool(self.gpu_profile and given and not self.user_job_definition)
 
     def _earlier_job(self, context: Context) -> dict[str, Any] | None:
-        job = earlier_job(context, STATE_KEY, self.gpu_hook, self.spot_run, self.log)
+        saved = saved_run(context, STATE_KEY, open_only=True)
+        job = earlier_job(context, saved, self.gpu_hook, self.spot_run, self.log)
         if job is not None:
             self.job_id = job["jobId"]
             context["ti"].xcom_push(key=JOB_ID_XCOM_KEY, value=self.job_id)  # this try's XCom starts empty
@@ -305,7 +300,7 @@ class GPUBatchOperator(BatchOperator):
                 if self.deferrable:
                     self._defer(context)
                 result = self._conclude(context, self._wait(context))
-                if result is not _RESUBMIT:
+                if result is not RESUBMIT:
                     return result
                 self.submit_job(context)
         finally:
@@ -345,6 +340,7 @@ class GPUBatchOperator(BatchOperator):
             spot_batch.classify_attempts(job),
             workload=job["jobId"],
             location=spot_batch.queue_name(job),
+            ended_at=spot_batch.attempts_ended_at(job),
         )
         logged = self._log_job(job)
         persist_log_link(context, self, self.gpu_hook, logged)
@@ -371,7 +367,7 @@ class GPUBatchOperator(BatchOperator):
         if not self.deferrable:  # a deferred task prints them once the next job is submitted
             self.logs.retire(logged)
         save_run(context, STATE_KEY, self.spot_run)
-        return _RESUBMIT
+        return RESUBMIT
 
     def _log_job(self, job: dict[str, Any]) -> dict[str, Any]:
         """The job whose attempts hold the log streams: the job itself (a multi-node job's main node)."""
@@ -431,104 +427,3 @@ class GPUBatchOperator(BatchOperator):
             self.log.info("Terminated AWS Batch job %s: %s", self.job_id, reason)
         if self._context is not None:
             save_run(self._context, STATE_KEY, self.spot_run, open_=False)
-
-    # --- deferrable -----------------------------------------------------------------------
-
-    def _defer(self, context: Context, errors: int = 0) -> None:
-        """Wait in the triggerer, which carries the spot run on (``batch_deferral``): the task comes back
-        for the final job only."""
-        from airflow_gpu.triggers.batch import GPUBatchJobTrigger
-
-        save_run(context, STATE_KEY, self.spot_run)
-        self.defer(
-            trigger=GPUBatchJobTrigger(
-                job_id=str(self.job_id),
-                aws_conn_id=self.aws_conn_id,
-                region_name=self.hook.conn_region_name,
-                poll_interval=self.poll_interval,
-                capacity_timeout=self.spot.capacity_timeout,
-                deferred_at=time.time(),
-                gpu_spot=batch_deferral.resubmission_plan(self, context),
-                log_lag=self.log_lag if self.awslogs_enabled else None,
-            ),
-            method_name="resume_after_trigger",
-            kwargs={"gpu_state": self.spot_run.to_json(), "errors": errors},
-            timeout=self.execution_timeout,
-        )
-
-    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
-        """Airflow's resume; a deferral that timed out (``execution_timeout``) terminates the job first,
-        and every replacement the trigger submitted."""
-        try:
-            return super().resume_execution(next_method, next_kwargs, context)
-        except TaskDeferralTimeout:
-            saved, self._context = saved_run(context, STATE_KEY), context
-            self.job_id = (  # below Airflow 3.3 (no task state store), this try's XCom has the job id
-                saved.get("workload") if saved else context["ti"].xcom_pull(task_ids=self.task_id, key=JOB_ID_XCOM_KEY)
-            )
-            self.on_kill(spot_batch.KILLED[1])
-            queues = list(self.queues.values()) or [str(self.job_queue)]
-            identity = batch_job.identity_tags(context["ti"])
-            for job in batch_deferral.live_jobs(
-                self.gpu_hook, queues, batch_deferral.first_job_name(self, context), identity
-            ):
-                self.gpu_hook.api.terminate_job(jobId=job["jobId"], reason=spot_batch.KILLED[1])
-                self.log.info("Terminated AWS Batch job %s, which the trigger submitted", job["jobId"])
-            raise
-
-    def resume_after_trigger(
-        self,
-        context: Context,
-        event: dict[str, Any] | None = None,
-        gpu_state: dict[str, Any] | None = None,
-        errors: int = 0,
-    ) -> Any:
-        """Back from the trigger: re-check the job (it may have started since), then as the sync path."""
-        from airflow_gpu.triggers.batch import STATE_KEY as EVENT_STATE_KEY
-
-        self._context = context
-        event = event or {}
-        saved = event.get(EVENT_STATE_KEY) or gpu_state or saved_run(context, STATE_KEY)
-        if saved and (ignored := self.spot_run.restore(saved)):  # ``dag.test()``: the store has the state
-            self.log.warning("The saved GPU state is ignored: %s", ignored)
-        first = gpu_state.get("workload") if gpu_state else None
-        self.job_id = event.get("job_id") or self.spot_run.workload
-        if event.get("status") == "error":  # the job runs on: look again, and wait again a few times
-            self.log.warning("Waiting for job %s failed: %s", self.job_id, event.get("message"))
-            if errors >= MAX_TRIGGER_ERRORS:
-                raise AirflowException(
-                    f"waiting for job {self.job_id} failed {errors + 1} times: {event.get('message')}"
-                )
-        job = self.gpu_hook.describe_job(str(self.job_id), self.poll_interval)
-        if self.job_id != first:  # the trigger submitted it: the XCom and the links follow the job
-            self.spot_run.submitted(str(self.job_id))
-            save_run(context, STATE_KEY, self.spot_run)
-            context["ti"].xcom_push(key=JOB_ID_XCOM_KEY, value=self.job_id)
-            persist_job_links(context, self, self.gpu_hook, job)
-        if event.get("status") == "capacity_timeout" and job["status"] == "RUNNABLE":
-            job = self._cancel_for_capacity(job)
-        if job["status"] not in FINAL:  # started meanwhile (or the trigger failed): wait for it again
-            self._defer(context, errors + 1 if event.get("status") == "error" else 0)
-        result = self._conclude(context, job)
-        if result is not _RESUBMIT:
-            return result
-        self.submit_job(context)
-        self._flush_logs(self._log_job(job), settle=True)  # the replacement is on its way meanwhile
-        self._defer(context)
-        return None
-
-    def _flush_logs(self, job: Mapping[str, Any], settle: bool) -> None:
-        """The job has ended: the followed streams read their last lines (after the lag, with
-        ``settle``); a deferred task prints every attempt of the job."""
-        if not (self.deferrable and self.awslogs_enabled):
-            self.logs.close(settle)
-        elif self.gpu_hook.log_group(job) and self.gpu_hook.attempt_streams(job):
-            time.sleep(self.log_lag if settle else 0)
-            self.logs.print_all(job)
-
-
-class _Resubmit:
-    """Marker: the job was not the last; submit the next."""
-
-
-_RESUBMIT = _Resubmit()

@@ -48,10 +48,11 @@ from airflow_gpu.operators.gpu_profile import check_interval, profiled_by_defaul
 from airflow_gpu.operators.kubernetes_deferral import replacement_plan
 from airflow_gpu.operators.kubernetes_pod import STATE_ANNOTATION, dress, placement
 from airflow_gpu.operators.kubernetes_reads import ClusterReads
-from airflow_gpu.operators.spot_task import bad_result, fail, log_interruptions, publish
+from airflow_gpu.operators.spot_task import bad_result, fail, publish
 from airflow_gpu.spot.classifier import Classification, Outcome, classify_deleted_pod, classify_pod
 from airflow_gpu.spot.policy import Capacity, SpotPolicy
 from airflow_gpu.spot.run import SpotRun
+from airflow_gpu.triggers.interruption_log import log_interruptions
 from airflow_gpu.triggers.kubernetes import LAST_SEEN_KEY, STATE_KEY, GPUPodTrigger
 from airflow_gpu.utils.kubernetes import to_dict
 from airflow_gpu.utils.pod_identity import identity_mismatch

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 from airflow_gpu.spot.classifier import Classification, Outcome
@@ -129,6 +130,14 @@ def classify_job(job: Mapping[str, Any]) -> Classification:
 def classify_attempts(job: Mapping[str, Any]) -> list[Classification]:
     """Every attempt of a job, in order (Batch retried the reclaimed ones itself)."""
     return [classify_attempt(a) for a in job.get("attempts") or []]
+
+
+def attempts_ended_at(job: Mapping[str, Any]) -> list[datetime | None]:
+    """When each attempt of ``classify_attempts`` ended, for ``SpotRun.finish``: its ``stoppedAt``
+    (epoch milliseconds, AWS Batch API reference); a job without attempts, its own ``stoppedAt``."""
+    attempts = job.get("attempts") or []
+    stamps = [a.get("stoppedAt") for a in attempts] if attempts else [job.get("stoppedAt")]
+    return [datetime.fromtimestamp(s / 1000, timezone.utc) if isinstance(s, int | float) else None for s in stamps]
 
 
 def retry_strategy(policy: SpotPolicy) -> dict[str, Any]:

@@ -173,6 +173,16 @@ def _parse_time(value: Any) -> datetime | None:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
 
 
+def pod_ended_at(pod: Mapping[str, Any] | None) -> datetime | None:
+    """When a pod's run ended, for ``SpotRun.finish``: its containers' last ``finishedAt``, else its
+    ``deletionTimestamp`` (a pod that vanished with its node stopped no container); None: not told."""
+    finished = [
+        _parse_time(state.get("finishedAt")) for _n, kind, state in _container_states(pod or {}) if kind == "terminated"
+    ]
+    known = [moment for moment in finished if moment is not None]
+    return max(known) if known else _parse_time(((pod or {}).get("metadata") or {}).get("deletionTimestamp"))
+
+
 def _killed_by_deletion(pod: Mapping[str, Any]) -> bool:
     """A terminal pod that carries ``deletionTimestamp`` and stopped because of that deletion.
 

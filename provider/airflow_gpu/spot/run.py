@@ -42,7 +42,9 @@ class Interruption:
 
     The same keys from either operator, so a dashboard or a reduce step reads both:
 
-    * ``time``: when the operator saw it (UTC, ISO 8601);
+    * ``time``: when the attempt ended as the platform reports it (UTC, ISO 8601): ``finish``'s
+      ``ended_at``, else when the operator or trigger recorded it. A trigger that restarts replays
+      the run and records the same attempts again minutes later: the platform's time stays;
     * ``backend``: ``"kubernetes"`` or ``"batch"``; ``workload``: the pod name or Batch job id;
     * ``attempt``: the platform's attempt of that workload (Batch ``attempts[]``, 1-based; always
       1 on Kubernetes); ``submission``: which submission of this task try it was (1-based);
@@ -223,6 +225,7 @@ class SpotRun:
         workload: str | None = None,
         location: str | None = None,
         identity: str | None = None,
+        ended_at: Sequence[datetime | None] = (),
     ) -> Decision:
         """Record how the workload ended and decide: succeed, resubmit (state moves on) or fail.
 
@@ -230,6 +233,8 @@ class SpotRun:
         reclaims itself); without them the workload had one attempt, ``final``. Every interrupted
         attempt is recorded once, however often the same workload is looked at; ``identity`` tells
         workloads apart where names repeat (a pod's uid: pods of a fixed name share the name).
+        ``ended_at`` says when each of those attempts ended, in the same order, as the platform
+        reports it (an aware datetime); an attempt without one is stamped with the present time.
         """
         workload = workload or self.workload or "?"
         attempts = list(attempts) or [final]
@@ -240,7 +245,8 @@ class SpotRun:
                 continue
             self.seen.add(key)
             last = number == len(attempts) and final.interrupted
-            new.append(self._record(attempt, workload, number, location, last))
+            ended = ended_at[number - 1] if number <= len(ended_at) else None
+            new.append(self._record(attempt, workload, number, location, last, ended))
         earlier = sum(1 for a in attempts if a.interrupted) - (1 if final.interrupted else 0)
         before = self.interruptions_on_capacity + earlier
         decision = next_step(self.policy, final, self.placement, before, len(self.candidates), self.requested_capacity)
@@ -259,10 +265,16 @@ class SpotRun:
         return decision
 
     def _record(
-        self, attempt: Classification, workload: str, number: int, location: str | None, last: bool
+        self,
+        attempt: Classification,
+        workload: str,
+        number: int,
+        location: str | None,
+        last: bool,
+        ended: datetime | None,
     ) -> Interruption:
         return Interruption(
-            time=datetime.now(timezone.utc).isoformat(),
+            time=(ended or datetime.now(timezone.utc)).astimezone(timezone.utc).isoformat(),
             backend=self.backend,
             workload=workload,
             attempt=number,

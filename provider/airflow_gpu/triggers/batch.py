@@ -21,7 +21,8 @@ from typing import Any, ClassVar
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_gpu.spot.batch import FINAL, KILLED, CapacityClock, capacity_cancel_reason
-from airflow_gpu.triggers.batch_resubmission import DUPLICATE_REASON, BatchResubmission, live_jobs
+from airflow_gpu.triggers.batch_resubmission import DUPLICATE_REASON, BatchResubmission, carried_queues, live_jobs
+from airflow_gpu.triggers.interruption_log import log_interruptions
 from airflow_gpu.triggers.resume_dwell import dwell
 
 #: Polling rounds a job may be missing from DescribeJobs before the trigger gives up on it.
@@ -230,12 +231,13 @@ class GPUBatchJobTrigger(BaseTrigger):
             return False
         _, decision = decided
         ended = str(job["jobId"])
-        for record in resubmission.run.recorded:
+        log_interruptions(self.log, resubmission.run, decision, ended)
+        if (chosen := resubmission.move_to_offered()) is not None:  # as the worker's submit_job would
             self.log.warning(
-                "GPU interruption %d: %s (%s) on job %s", len(resubmission.run.interruptions), record["outcome"],
-                record["reason"], ended,
+                "%s (%s capacity) is not offered by its queue; using %s (%s capacity)",
+                resubmission.run.candidates[chosen.candidate], chosen.capacity or "any", resubmission.run.accelerator,
+                resubmission.run.capacity,
             )  # fmt: skip
-        self.log.warning("AWS Batch job %s ended: %s", ended, decision.message)
         args = resubmission.submission(resubmission.next_name())
         self.job_id, adopted = await asyncio.to_thread(self._submit_once, await self._hook(), resubmission, args)
         resubmission.run.submitted(self.job_id)
@@ -309,7 +311,9 @@ class GPUBatchJobTrigger(BaseTrigger):
             await asyncio.to_thread(partial(hook.api.terminate_job, jobId=self.job_id, reason=KILLED[0]))
             self.log.info("Terminated AWS Batch job %s", self.job_id)
             if self.gpu_spot is not None:  # a replacement submitted while the kill came in runs on otherwise
-                for job in await asyncio.to_thread(live_jobs, hook, self.gpu_spot):
+                spot = self.gpu_spot
+                queues, first_name, identity = carried_queues(spot), spot["first_name"], spot["identity"]
+                for job in await asyncio.to_thread(live_jobs, hook, queues, first_name, identity):
                     await asyncio.to_thread(partial(hook.api.terminate_job, jobId=job["jobId"], reason=KILLED[0]))
                     self.log.info("Terminated AWS Batch job %s of this task try", job["jobId"])
         except Exception:

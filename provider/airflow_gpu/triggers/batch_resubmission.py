@@ -7,6 +7,13 @@ the SubmitJob arguments of every placement the policy may move to (built by the 
 deferral: ``operators.batch_deferral``); it records the interruption and submits the next job
 itself. The task resumes on a worker only for the final job (result, logs, profile).
 
+The arguments are stored in Airflow's ``trigger`` table with every deferral (a TEXT column of 64
+KiB on MySQL), and the placements share most of them (the environment, the profiler's command):
+they travel as the current placement's arguments and a ``manifest_delta`` per other placement. A
+placement whose queue does not launch its accelerator is moved where the worker's own check
+(``batch_queues.offered_placement``, from the queues the worker read) would move it: the worker
+writes those moves into the plan, so the triggerer never describes a compute environment.
+
 SubmitJob has no idempotency token, so a trigger that runs twice (two triggerers,
 apache/airflow#37180) or again after a triggerer restart (it replays the run from its first
 arguments) must not submit a second job. The next job's name is deterministic per task try and
@@ -21,14 +28,15 @@ an instance (``converge``), so the two triggers follow the same job.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_gpu.spot.batch import FINAL, classify_attempts, classify_job, queue_name
+from airflow_gpu.spot.batch import FINAL, attempts_ended_at, classify_attempts, classify_job, queue_name
 from airflow_gpu.spot.classifier import Classification, Outcome
 from airflow_gpu.spot.policy import Decision, Placement, SpotPolicy
 from airflow_gpu.spot.run import SpotRun
+from airflow_gpu.utils.manifest_delta import apply, delta
 
 #: Batch job names: letters, digits, hyphens and underscores, at most 128 characters.
 MAX_JOB_NAME = 128
@@ -49,16 +57,41 @@ def placement_key(placement: Placement) -> str:
     return f"{placement.candidate}/{placement.capacity or 'any'}"
 
 
+def carried_arguments(spot: Mapping[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """The plan's SubmitJob arguments: a placement's key, its arguments, and the others' deltas from them.
+
+    A plan written before the arguments travelled as deltas (a trigger already in the table when
+    the provider was upgraded) holds every placement's arguments in full, under ``submissions``.
+    """
+    if "base" in spot:
+        return str(spot["base_key"]), dict(spot["base"]), dict(spot["deltas"])
+    submissions = dict(spot["submissions"])
+    base_key = next(iter(submissions))
+    base = submissions.pop(base_key)
+    return base_key, base, {key: delta(base, arguments) for key, arguments in submissions.items()}
+
+
+def carried_queues(spot: Mapping[str, Any]) -> list[str]:
+    """Every queue the plan submits to."""
+    _, base, deltas = carried_arguments(spot)
+    return sorted({str(base["jobQueue"]), *(str(apply(base, change)["jobQueue"]) for change in deltas.values())})
+
+
 @dataclass
 class BatchResubmission:
     """What the trigger needs to go on with the spot run; built from the trigger's ``gpu_spot`` argument."""
 
     run: SpotRun
-    #: Placement key -> the SubmitJob arguments of that placement, without ``jobName``.
-    submissions: dict[str, dict[str, Any]]
+    #: One placement's SubmitJob arguments, without ``jobName``, and which placement that is.
+    base: dict[str, Any]
+    base_key: str
+    #: Every other placement key -> the delta of its arguments from ``base``.
+    deltas: dict[str, Any]
     first_name: str
     #: The task try's identity tags: a job with the next name is adopted only when it carries them.
     identity: dict[str, str]
+    #: Placement key -> where the worker's queue check moves it (its queue does not launch its accelerator).
+    moves: dict[str, Placement] = field(default_factory=dict)
 
     @classmethod
     def from_argument(cls, spot: Mapping[str, Any]) -> BatchResubmission:
@@ -66,7 +99,11 @@ class BatchResubmission:
         ignored = run.restore(spot["state"])
         if ignored:
             raise ValueError(f"the spot state carried to the trigger is not usable: {ignored}")
-        return cls(run, dict(spot["submissions"]), str(spot["first_name"]), dict(spot["identity"]))
+        base_key, base, deltas = carried_arguments(spot)
+        moves = {
+            key: Placement(int(candidate), capacity) for key, (candidate, capacity) in spot.get("moves", {}).items()
+        }
+        return cls(run, base, base_key, deltas, str(spot["first_name"]), dict(spot["identity"]), moves)
 
     # --- deciding -----------------------------------------------------------------------
 
@@ -79,7 +116,10 @@ class BatchResubmission:
         if not (result.interrupted or result.outcome is Outcome.UNSCHEDULABLE):
             return None
         snapshot = self.run.to_json()
-        decision = self.run.finish(result, classify_attempts(job), workload=str(job["jobId"]), location=queue_name(job))
+        decision = self.run.finish(
+            result, classify_attempts(job), workload=str(job["jobId"]), location=queue_name(job),
+            ended_at=attempts_ended_at(job),
+        )  # fmt: skip
         if decision.action != "resubmit":
             self.run.restore(snapshot)
             return None
@@ -90,13 +130,30 @@ class BatchResubmission:
     def next_name(self) -> str:
         return submission_name(self.first_name, self.run.submissions)
 
+    def arguments(self, key: str) -> dict[str, Any]:
+        """The SubmitJob arguments carried for the placement ``key``, without ``jobName``."""
+        if key == self.base_key:
+            return copy.deepcopy(self.base)
+        if key not in self.deltas:
+            raise KeyError(
+                f"no submission was carried for placement {key}; carried: {sorted([self.base_key, *self.deltas])}"
+            )
+        return dict(apply(self.base, self.deltas[key]))
+
+    def move_to_offered(self) -> Placement | None:
+        """Move the run where the worker would submit it, if the queue of the placement the policy chose
+        does not launch its accelerator; the placement it moved from, else None."""
+        before = self.run.placement
+        target = self.moves.get(placement_key(before))
+        if target is None or target == before:
+            return None
+        self.run.move_to(target)
+        return before
+
     def submission(self, name: str) -> dict[str, Any]:
         """SubmitJob's arguments for the run's current placement, named, with the run's environment
         (attempt, capacity, interruptions so far) in place of the first job's."""
-        key = placement_key(self.run.placement)
-        if key not in self.submissions:
-            raise KeyError(f"no submission was carried for placement {key}; carried: {sorted(self.submissions)}")
-        args = copy.deepcopy(self.submissions[key])
+        args = self.arguments(placement_key(self.run.placement))
         args["jobName"] = name
         environment = self.run.environment()
         for overrides in _container_overrides(args):
@@ -105,13 +162,23 @@ class BatchResubmission:
         return args
 
     def same_task_try(self, job: Mapping[str, Any]) -> bool:
-        tags = job.get("tags") or {}
-        return all(tags.get(key) == value for key, value in self.identity.items())
+        return same_task_try(job, self.identity)
 
     def keep(self, jobs: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-        """Of this task try's jobs of one name, the one every racing trigger keeps: the oldest."""
-        ours = [j for j in jobs if self.same_task_try(j)]
-        return min(ours, key=lambda j: (j.get("createdAt") or 0, j["jobId"])) if ours else None
+        return oldest_of_try(jobs, self.identity)
+
+
+def same_task_try(job: Mapping[str, Any], identity: Mapping[str, str]) -> bool:
+    """Whether the job carries the task try's identity tags."""
+    tags = job.get("tags") or {}
+    return all(tags.get(key) == value for key, value in identity.items())
+
+
+def oldest_of_try(jobs: Sequence[Mapping[str, Any]], identity: Mapping[str, str]) -> Mapping[str, Any] | None:
+    """Of a task try's jobs of one name, the one every racing submitter keeps (a trigger, its twin, a
+    worker): the oldest; None when none is the try's."""
+    ours = [j for j in jobs if same_task_try(j, identity)]
+    return min(ours, key=lambda j: (j.get("createdAt") or 0, j["jobId"])) if ours else None
 
 
 def _container_overrides(args: dict[str, Any]) -> list[dict[str, Any]]:
@@ -123,14 +190,12 @@ def _container_overrides(args: dict[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
-def live_jobs(hook: Any, spot: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """This task try's jobs named ``<first>-r<N>`` that have not ended, in every queue the plan submits
-    to (``hook``: a ``GPUBatchHook``): what a kill or a timed-out deferral must not leave running."""
-    identity, first_name = dict(spot["identity"]), str(spot["first_name"])
+def live_jobs(hook: Any, queues: Iterable[str], first_name: str, identity: Mapping[str, str]) -> list[dict[str, Any]]:
+    """This task try's jobs named ``<first_name>-r<N>`` that have not ended, in ``queues`` (``hook``: a
+    ``GPUBatchHook``): what a kill or a timed-out deferral must not leave running."""
     found: list[dict[str, Any]] = []
-    for queue in sorted({str(arguments["jobQueue"]) for arguments in spot["submissions"].values()}):
+    for queue in sorted(set(queues)):
         for job in hook.jobs_named(queue, f"{first_name}-r*"):
-            tags = job.get("tags") or {}
-            if job["status"] not in FINAL and all(tags.get(k) == v for k, v in identity.items()):
+            if job["status"] not in FINAL and same_task_try(job, identity):
                 found.append(job)
     return found

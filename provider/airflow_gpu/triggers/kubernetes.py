@@ -34,6 +34,7 @@ from airflow.triggers.base import TriggerEvent
 from airflow_gpu.spot.classifier import Outcome
 from airflow_gpu.triggers import cluster
 from airflow_gpu.triggers.cluster import ClusterConnection
+from airflow_gpu.triggers.interruption_log import log_interruptions
 from airflow_gpu.triggers.kubernetes_api import PodState
 from airflow_gpu.triggers.pod_replacement import PodReplacement
 from airflow_gpu.triggers.pod_watch import SharedPodWatch
@@ -240,18 +241,13 @@ class GPUPodTrigger(KubernetesPodTrigger):
         if not replacement.replaceable(result):
             return False
         snapshot = replacement.run.to_json()
-        decision = replacement.decide(self.pod_name, result, node)
+        decision = replacement.decide(self.pod_name, result, node, last)
         if decision.action != "resubmit":
             replacement.run.restore(snapshot)  # the worker records it and fails, as for any last pod
             return False
         ended_pod = self.pod_name
         await self._write_log(ended_pod)
-        for record in replacement.run.recorded:
-            self.log.warning(
-                "GPU interruption %d: %s (%s) on pod %s", len(replacement.run.interruptions), record["outcome"],
-                record["reason"], ended_pod,
-            )  # fmt: skip
-        self.log.warning("The pod %s ended: %s", ended_pod, decision.message)
+        log_interruptions(self.log, replacement.run, decision, ended_pod)
         if replacement.delete_ended or result.outcome is Outcome.UNSCHEDULABLE:
             await self._delete(ended_pod)
         name = replacement.next_name()

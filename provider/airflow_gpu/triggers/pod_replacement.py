@@ -19,10 +19,11 @@ replay counts each once.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from airflow_gpu.spot.classifier import Classification, Outcome, classify_deleted_pod, classify_pod
+from airflow_gpu.spot.classifier import Classification, Outcome, classify_deleted_pod, classify_pod, pod_ended_at
 from airflow_gpu.spot.policy import Decision, SpotPolicy
 from airflow_gpu.spot.run import SpotRun
 from airflow_gpu.utils.manifest_delta import apply
@@ -73,10 +74,13 @@ class PodReplacement:
             return classify_deleted_pod(last_seen, node_stays)
         return classify_pod(last_seen)
 
-    def decide(self, pod_name: str, result: Classification, node: str | None) -> Decision:
-        """Record how the pod ended (keyed by its name: a replay counts it once) and say what comes next."""
+    def decide(
+        self, pod_name: str, result: Classification, node: str | None, last_seen: Mapping[str, Any] | None = None
+    ) -> Decision:
+        """Record how the pod ended (keyed by its name: a replay counts it once, and stamps it with when the
+        pod ended, from ``last_seen``) and say what comes next."""
         self.run.submitted(pod_name)
-        return self.run.finish(result, location=node, identity=pod_name)
+        return self.run.finish(result, location=node, identity=pod_name, ended_at=[pod_ended_at(last_seen)])
 
     def replaceable(self, result: Classification) -> bool:
         """Whether the trigger may act on its own: interruptions and missing capacity, not the pod's end."""

@@ -49,6 +49,7 @@ from airflow_gpu.spot.training_job import (
     to_json,
 )
 from airflow_gpu.triggers import cluster
+from airflow_gpu.triggers.interruption_log import log_interruptions
 from airflow_gpu.triggers.job_replacement import JobReplacement
 from airflow_gpu.triggers.kubernetes import LOG_TAIL_LINES, STATE_KEY
 from airflow_gpu.triggers.kubernetes_api import JOBS, slim
@@ -165,12 +166,7 @@ class GPUTrainingJobTrigger(BaseTrigger):
                 decision = replacement.decide(job, end.result, node_of(end.culprit))
                 if decision.action == "resubmit":
                     await self._write_logs(job, end.pods)
-                    for record in replacement.run.recorded:
-                        self.log.warning(
-                            "GPU interruption %d: %s (%s) on training Job %s", len(replacement.run.interruptions),
-                            record["outcome"], record["reason"], job,
-                        )  # fmt: skip
-                    self.log.warning("The training Job %s ended: %s", job, decision.message)
+                    log_interruptions(self.log, replacement.run, decision, job, noun="training Job")
                     job = await self._replace(job, replacement)
                     continue
                 replacement.run.restore(snapshot)  # the worker records it and fails, as for any last Job

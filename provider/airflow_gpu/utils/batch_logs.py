@@ -19,7 +19,23 @@ from typing import Any
 
 from airflow.providers.amazon.aws.utils.task_log_fetcher import AwsTaskLogFetcher
 
-from airflow_gpu.hooks.batch import GPUBatchHook
+#: Where a job logs when its definition names no ``awslogs-group`` (the Batch default).
+DEFAULT_LOG_GROUP = "/aws/batch/job"
+
+
+def log_group(job: Mapping[str, Any]) -> str | None:
+    """The job's CloudWatch log group, as ``get_job_all_awslogs_info`` reads it; None without awslogs."""
+    configuration = (job.get("container") or {}).get("logConfiguration") or {}
+    if configuration.get("logDriver", "awslogs") != "awslogs":
+        return None
+    return str((configuration.get("options") or {}).get("awslogs-group") or DEFAULT_LOG_GROUP)
+
+
+def attempt_streams(job: Mapping[str, Any]) -> list[str]:
+    """Each attempt's log stream, oldest first (the running attempt's last)."""
+    streams = [(a.get("container") or {}).get("logStreamName") for a in job.get("attempts") or []]
+    streams.append((job.get("container") or {}).get("logStreamName"))
+    return [s for s in dict.fromkeys(streams) if s]
 
 
 class AttemptLogs:
@@ -45,15 +61,15 @@ class AttemptLogs:
 
     def follow(self, job: Mapping[str, Any]) -> None:
         """Stream each attempt's log as it appears (Batch retrying a reclaim starts a new stream)."""
-        group = GPUBatchHook.log_group(job)
-        for stream in GPUBatchHook.attempt_streams(job) if group else []:
+        group = log_group(job)
+        for stream in attempt_streams(job) if group else []:
             if stream not in self._following:
                 self._following[stream] = self._fetcher(str(group), stream)
                 self._following[stream].start()
 
     def retire(self, job: Mapping[str, Any]) -> None:
         """The job ended and another follows: stop its streams ``lag`` seconds from now, not waiting."""
-        for stream in GPUBatchHook.attempt_streams(job):
+        for stream in attempt_streams(job):
             fetcher = self._following.pop(stream, None)
             if fetcher is not None:
                 timer = threading.Timer(self.lag, _stop, args=(fetcher,))
@@ -74,8 +90,8 @@ class AttemptLogs:
 
     def print_all(self, job: Mapping[str, Any]) -> None:
         """Every attempt's lines, once (a deferred task did not follow them)."""
-        group = GPUBatchHook.log_group(job)
-        for stream in GPUBatchHook.attempt_streams(job) if group else []:
+        group = log_group(job)
+        for stream in attempt_streams(job) if group else []:
             fetcher = self._fetcher(str(group), stream)
             fetcher.start()
             _stop(fetcher)
