@@ -78,7 +78,8 @@ def airflow_stack(
         shutil.copy(dag_file, dags)
     config = root / "airflow-home" / "config"  # on every part's sys.path
     config.mkdir(parents=True)
-    shutil.copy(Path(__file__).resolve().parent / "stack_config" / "dag_scoped_auth.py", config)
+    for module in ("dag_scoped_auth.py", "airflow_local_settings.py"):
+        shutil.copy(Path(__file__).resolve().parent / "stack_config" / module, config)
     with KubernetesEmulator("demo") as emulator:
         emulator.write_kubeconfig(root / "kubeconfig")
         connection = {"conn_type": "kubernetes", "extra": {"kube_config_path": str(emulator.kubeconfig_path)}}
@@ -87,6 +88,10 @@ def airflow_stack(
             dags,
             extra_env={
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": stack_database,
+                # apache/airflow#72716: the scheduler drained a deferring worker's executor event 18 s
+                # after the deferral with forty-odd tasks on two cores; 10 s (the default) is for a
+                # scheduler that keeps up (triggers/resume_dwell.py).
+                "AIRFLOW__GPU__RESUME_DWELL_SECONDS": "30",
                 "AIRFLOW_CONN_KUBERNETES_DEFAULT": json.dumps(connection),
                 "AIRFLOW_CONN_AWS_DEFAULT": stack_batch_emulator.airflow_connection_uri(),
                 # A dead worker is noticed in ~30 s instead of 5 minutes (the worker-crash test).

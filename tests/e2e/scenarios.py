@@ -84,6 +84,33 @@ class Injector(threading.Thread):
         raise TimeoutError(f"{type(self).__name__}: stopped or timed out after {timeout:g} s waiting for {what}")
 
 
+class ReleaseAfterDeferral(Injector):
+    """Lets an official operator's deferrable scenario end its workload only once the deferral is over
+    on both sides: the task is DEFERRED, and the scheduler has taken the executor's event for the
+    worker that deferred it (its log says so).
+
+    Both halves are Airflow's. The official ``BatchOperator`` checks the job once before deferring
+    and does not defer if it has already ended. And in Airflow 3.3.2 a trigger that fires before the
+    scheduler has drained that executor event makes the scheduler fail the resumed try
+    (apache/airflow#72716, fix not released): the provider's own triggers hold their event for a
+    few seconds for it (``triggers.resume_dwell``), the official ones do not. The scenario's DAG has
+    its workload wait for the file ``<workdir>/released``."""
+
+    def inject(self) -> None:
+        run, key = self.scenario_run, f"TaskInstanceKey(dag_id='{self.scenario_run.dag_id}'"
+        self.until(lambda: any(ti["state"] == "deferred" for ti in run.task_instances()), 300, "the deferral")
+        scheduler_log = run.stack.home / "logs" / "scheduler.log"
+        self.until(
+            lambda: any(
+                "Received executor event with state success" in line and key in line and "try_number=1" in line
+                for line in scheduler_log.read_text(errors="replace").splitlines()
+            ),
+            120,
+            "the scheduler to take the deferring worker's executor event",
+        )
+        (run.workdir / "released").touch()
+
+
 class PodWatch(threading.Thread):
     """Every change to every pod of a Kubernetes scenario, as a watch through the API sees it.
 

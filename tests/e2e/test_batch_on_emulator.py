@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_gpu.testing.batch.emulator import BatchEmulator
-from tests.e2e.scenarios import Injector, Scenario, ScenarioRun, scenarios
+from tests.e2e.scenarios import Injector, ReleaseAfterDeferral, Scenario, ScenarioRun, scenarios
 
 pytestmark = pytest.mark.slow
 
@@ -28,17 +28,6 @@ def register_gpu_smoke(emulator: BatchEmulator) -> None:
             ],
         },
     )
-
-
-class ReleaseWhenDeferred(Injector):
-    """Lets the deferrable scenario's job end only once the task is deferred: the official operator
-    checks the job once before deferring and, if it has already ended, never defers at all."""
-
-    def inject(self) -> None:
-        self.until(
-            lambda: any(ti["state"] == "deferred" for ti in self.scenario_run.task_instances()), 300, "the deferral"
-        )
-        (self.scenario_run.workdir / "released").touch()
 
 
 def smoke(dag_id: str, injector: type[Injector] | None = None) -> Scenario:
@@ -68,7 +57,7 @@ def test_batch_operator_fails_with_the_exit_code(scenario_run: ScenarioRun) -> N
     assert "Essential container in task exited" in scenario_run.log("smoke")
 
 
-@scenarios(smoke("batch_on_emulator_deferrable", ReleaseWhenDeferred))
+@scenarios(smoke("batch_on_emulator_deferrable", ReleaseAfterDeferral))
 def test_deferrable_batch_operator(scenario_run: ScenarioRun) -> None:
     assert scenario_run.state() == "success"
     log = scenario_run.log("smoke")  # the worker's log and the triggerer's

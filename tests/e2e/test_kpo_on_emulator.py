@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client, config
 
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
-from tests.e2e.scenarios import Scenario, ScenarioRun, scenarios
+from tests.e2e.scenarios import ReleaseAfterDeferral, Scenario, ScenarioRun, scenarios
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +38,7 @@ def test_kpo_fails_with_the_pods_exit_code(scenario_run: ScenarioRun) -> None:
     assert pod.status.container_statuses[0].state.terminated.exit_code == 3
 
 
-@scenarios(Scenario("kpo_on_emulator_deferrable", "kubernetes"))
+@scenarios(Scenario("kpo_on_emulator_deferrable", "kubernetes", injector=ReleaseAfterDeferral))
 def test_deferrable_kpo_uses_kubernetes_asyncio(scenario_run: ScenarioRun) -> None:
     assert scenario_run.state() == "success"
     log = scenario_run.log("hello")  # the worker's log and the triggerer's

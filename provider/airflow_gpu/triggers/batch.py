@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_gpu.spot.batch import FINAL, KILLED, CapacityClock, capacity_cancel_reason
+from airflow_gpu.triggers import kill_guard
 from airflow_gpu.triggers.batch_resubmission import DUPLICATE_REASON, BatchResubmission, carried_queues, live_jobs
 from airflow_gpu.triggers.interruption_log import log_interruptions
 from airflow_gpu.triggers.resume_dwell import dwell
@@ -306,6 +307,8 @@ class GPUBatchJobTrigger(BaseTrigger):
         client reads the connection and credentials: all of it runs in a thread, so the triggerer's
         event loop, shared by every deferred task, never blocks on it.
         """
+        if await kill_guard.handed_over(self):  # moved to another triggerer, which follows the job
+            return
         try:
             hook = await self._hook()
             await asyncio.to_thread(partial(hook.api.terminate_job, jobId=self.job_id, reason=KILLED[0]))

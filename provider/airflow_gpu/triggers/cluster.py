@@ -13,9 +13,11 @@ again, once a second, for a bounded time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +35,10 @@ CALLS = {
     "jobs": ("BatchV1Api", "namespaced_job"),
 }
 LOG = logging.getLogger(__name__)
+#: Seconds a connection's extras read in the event loop serve this triggerer's hooks before a re-read.
+EXTRAS_TTL = 300.0
+#: Connection id -> (its extras, when they were read): shared by every trigger of the process.
+_EXTRAS: dict[str, tuple[dict[str, Any], float]] = {}
 
 
 @dataclass(frozen=True)
@@ -64,7 +70,7 @@ class ClusterConnection:
         """
         from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 
-        extras = dict(self.connection_extras) if self.connection_extras is not None else None
+        extras = self._extras()
         if self.config_dict:
             extras = {k: v for k, v in (extras or {}).items() if k.removeprefix(EXTRA_PREFIX) not in KUBECONFIG_EXTRAS}
         return AsyncKubernetesHook(
@@ -74,6 +80,49 @@ class ClusterConnection:
             cluster_context=self.cluster_context,
             connection_extras=extras,
         )
+
+    def _extras(self) -> dict[str, Any] | None:
+        if self.connection_extras is not None:
+            return dict(self.connection_extras)
+        fetched = _EXTRAS.get(self.kubernetes_conn_id or "")
+        return dict(fetched[0]) if fetched is not None else None
+
+    async def prefetch(self) -> None:
+        """Read the connection's extras here, in the event loop, for every hook of this process.
+
+        ``AsyncKubernetesHook`` reads its connection itself, on each new hook; before Airflow 3.3.2
+        it does so through ``sync_to_async``, from a thread, and in an Airflow 3.2 triggerer a read
+        from a thread races the event loop's own requests to the supervisor and kills the trigger
+        runner ("Response read out of order"). ``aget_connection`` reads it in the loop; the hooks
+        are then handed the extras (``connection_extras``) and read nothing. Re-read after
+        ``EXTRAS_TTL``, so an edited connection reaches running triggers.
+        """
+        conn_id = self.kubernetes_conn_id
+        if self.connection_extras is not None or not conn_id:
+            return
+        fetched = _EXTRAS.get(conn_id)
+        if fetched is not None and time.monotonic() - fetched[1] < EXTRAS_TTL:
+            return
+        from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
+        from airflow.sdk import BaseHook
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        try:
+            connection = await BaseHook.aget_connection(conn_id)
+        except AirflowNotFoundException:
+            if conn_id != AsyncKubernetesHook.default_conn_name:
+                raise
+            extras: dict[str, Any] = {}  # the hook's own rule: a missing default connection is an empty one
+        else:  # the raw extra: the read has masked its secrets already
+            extras = json.loads(connection.extra) if connection.extra else {}
+        _EXTRAS[conn_id] = (extras, time.monotonic())
+
+    @contextlib.asynccontextmanager
+    async def client(self) -> AsyncIterator[Any]:
+        """``hook().get_conn()`` with the connection read in the loop first (``prefetch``)."""
+        await self.prefetch()
+        async with self.hook().get_conn() as api_client:
+            yield api_client
 
 
 def _api(client: Any, kind: str) -> tuple[Any, str]:
@@ -114,7 +163,7 @@ async def _created(connection: ClusterConnection, kind: str, namespace: str, man
 
     @generic_api_retry  # type: ignore[untyped-decorator]
     async def call() -> bool:
-        async with connection.hook().get_conn() as client:
+        async with connection.client() as client:
             api, suffix = _api(client, kind)  # a dict body is sent as it is; no model needed
             try:
                 await getattr(api, f"create_{suffix}")(namespace, manifest)
@@ -135,7 +184,7 @@ async def read(connection: ClusterConnection, kind: str, namespace: str, name: s
 
     @generic_api_retry  # type: ignore[untyped-decorator]
     async def call() -> dict[str, Any] | None:
-        async with connection.hook().get_conn() as client:
+        async with connection.client() as client:
             api, suffix = _api(client, kind)
             response = await getattr(api, f"read_{suffix}")(name, namespace, _preload_content=False)
             if response.status == 404:
@@ -175,7 +224,7 @@ async def own_service(connection: ClusterConnection, namespace: str, service: di
 
     @generic_api_retry  # type: ignore[untyped-decorator]
     async def patch() -> None:
-        async with connection.hook().get_conn() as client:  # a dict body: a strategic merge patch
+        async with connection.client() as client:  # a dict body: a strategic merge patch
             body = {"metadata": {"ownerReferences": [owner]}}
             await CoreV1Api(client).patch_namespaced_service(name, namespace, body)
 
@@ -196,7 +245,7 @@ async def delete(connection: ClusterConnection, kind: str, namespace: str, name:
 
     @generic_api_retry  # type: ignore[untyped-decorator]
     async def call() -> None:
-        async with connection.hook().get_conn() as client:
+        async with connection.client() as client:
             api, suffix = _api(client, kind)
             try:
                 await getattr(api, f"delete_{suffix}")(name, namespace, **options)
@@ -215,7 +264,7 @@ async def list_objects(connection: ClusterConnection, kind: str, namespace: str,
 
     @generic_api_retry  # type: ignore[untyped-decorator]
     async def call() -> list[dict[str, Any]]:
-        async with connection.hook().get_conn() as client:
+        async with connection.client() as client:
             api, suffix = _api(client, kind)
             listing = getattr(api, f"list_{suffix}")
             response = await checked(await listing(namespace, label_selector=selector, _preload_content=False))
@@ -237,7 +286,7 @@ async def node_stays(connection: ClusterConnection, node: str | None) -> bool | 
     if not node:
         return None
     try:
-        async with connection.hook().get_conn() as client:
+        async with connection.client() as client:
             response: Any = await CoreV1Api(client).read_node(node, _preload_content=False)
             if response.status == 404:
                 return False
@@ -254,7 +303,7 @@ async def pod_log_tail(connection: ClusterConnection, namespace: str, name: str,
 
     from airflow_gpu.triggers.kubernetes_api import checked
 
-    async with connection.hook().get_conn() as client:
+    async with connection.client() as client:
         response: Any = await CoreV1Api(client).read_namespaced_pod_log(
             name, namespace, container=container, tail_lines=lines, _preload_content=False
         )

@@ -32,7 +32,7 @@ from airflow.providers.cncf.kubernetes.utils.pod_manager import (
 from airflow.triggers.base import TriggerEvent
 
 from airflow_gpu.spot.classifier import Outcome
-from airflow_gpu.triggers import cluster
+from airflow_gpu.triggers import cluster, kill_guard
 from airflow_gpu.triggers.cluster import ClusterConnection
 from airflow_gpu.triggers.interruption_log import log_interruptions
 from airflow_gpu.triggers.kubernetes_api import PodState
@@ -90,6 +90,13 @@ class GPUPodTrigger(KubernetesPodTrigger):
         """The official trigger's hook (``on_kill``, ``cleanup``, ``logging_interval``), reading the
         cluster as the worker did: see ``ClusterConnection.hook``."""
         return self.connection.hook()
+
+    async def on_kill(self) -> None:
+        """The official ``on_kill`` (delete the pod on Mark Failed), unless the trigger only moved to
+        another triggerer, which follows the pod (``kill_guard``)."""
+        if await kill_guard.handed_over(self):
+            return
+        await super().on_kill()
 
     @cached_property
     def watch(self) -> SharedPodWatch:
@@ -204,6 +211,7 @@ class GPUPodTrigger(KubernetesPodTrigger):
         The event that reaches the worker is the one of the pod that ends the run: it succeeded,
         failed by itself, or the policy gives up; ``gpu_state`` carries the run's state to it.
         """
+        await self.connection.prefetch()  # before the official trigger's hook reads it, from a thread on 3.2
         replacement = (
             PodReplacement.from_argument(self.gpu_spot, self.base_container_name, self.on_finish_action)
             if self.gpu_spot is not None

@@ -74,7 +74,7 @@ class ListWatch:
             elif loop.time() - (idle_since := idle_since or loop.time()) > LINGER_SECONDS:
                 return
             try:
-                async with self.connection.hook().get_conn() as api:
+                async with self.connection.client() as api:
                     while self.waiters or self.groups or loop.time() - (idle_since or loop.time()) <= LINGER_SECONDS:
                         if self.resource_version is None or self.polling:
                             await self._list(api)
@@ -206,7 +206,7 @@ class ListWatch:
         from kubernetes_asyncio.client.exceptions import ApiException
 
         with contextlib.suppress(Exception):  # the watch still tells; this only closes a gap
-            async with self.connection.hook().get_conn() as api:
+            async with self.connection.client() as api:
                 _, read = self.kind.calls(api)
                 try:
                     response = await checked(
@@ -223,7 +223,7 @@ class ListWatch:
     async def _look_up_group(self, label: str, value: str) -> None:
         """One LIST of a group's pods that existed before it was held (the watch kept none of them)."""
         with contextlib.suppress(Exception):  # the watch still tells; this only closes a gap
-            async with self.connection.hook().get_conn() as api:
+            async with self.connection.client() as api:
                 response = await self._request(
                     api, selector=f"{self.kind.selector},{label}={value}", _request_timeout=60
                 )

@@ -9,6 +9,11 @@ deferral is rare in production and frequent in tests and in mapped fan-outs of s
 the provider's triggers hold an event until ``RESUME_DWELL_SECONDS`` after the deferral: a task
 that ran for hours loses nothing, one that ended at once waits a few seconds more, and neither is
 failed by the race. Remove once the pinned Airflow carries the fix.
+
+The window is how long the scheduler takes to drain the executor's events: about a second on a
+healthy scheduler, 18 s seen on a 2-core machine running forty-odd tasks at once. ``[gpu]
+resume_dwell_seconds`` (``AIRFLOW__GPU__RESUME_DWELL_SECONDS``) sets it for the triggerer; 0 turns
+the dwell off for an Airflow that has the fix.
 """
 
 from __future__ import annotations
@@ -16,14 +21,21 @@ from __future__ import annotations
 import asyncio
 import time
 
-#: Seconds after a deferral before its trigger may fire.
+#: Seconds after a deferral before its trigger may fire, unless ``[gpu] resume_dwell_seconds`` says.
 RESUME_DWELL_SECONDS = 10.0
 
 
+def dwell_seconds() -> float:
+    """``[gpu] resume_dwell_seconds`` of the triggerer's configuration, else ``RESUME_DWELL_SECONDS``."""
+    from airflow.providers.common.compat.sdk import conf
+
+    return max(0.0, conf.getfloat("gpu", "resume_dwell_seconds", fallback=RESUME_DWELL_SECONDS))
+
+
 async def dwell(deferred_at: float | None) -> None:
-    """Wait until ``RESUME_DWELL_SECONDS`` after ``deferred_at`` (epoch seconds; None: not at all)."""
+    """Wait until ``dwell_seconds()`` after ``deferred_at`` (epoch seconds; None: not at all)."""
     if deferred_at is None:
         return
-    wait = deferred_at + RESUME_DWELL_SECONDS - time.time()
+    wait = deferred_at + dwell_seconds() - time.time()
     if wait > 0:
         await asyncio.sleep(wait)

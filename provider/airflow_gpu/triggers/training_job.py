@@ -48,7 +48,7 @@ from airflow_gpu.spot.training_job import (
     rank_of,
     to_json,
 )
-from airflow_gpu.triggers import cluster
+from airflow_gpu.triggers import cluster, kill_guard
 from airflow_gpu.triggers.interruption_log import log_interruptions
 from airflow_gpu.triggers.job_replacement import JobReplacement
 from airflow_gpu.triggers.kubernetes import LOG_TAIL_LINES, STATE_KEY
@@ -322,7 +322,7 @@ class GPUTrainingJobTrigger(BaseTrigger):
 
     async def on_kill(self) -> None:
         """Mark Failed on the deferred task (Airflow 3.3+): the training must not run on, billed."""
-        if self._fired:
+        if self._fired or await kill_guard.handed_over(self):  # moved to another triggerer: it follows the Job
             return
         names = {self.current}
         try:

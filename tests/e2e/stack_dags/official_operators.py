@@ -17,12 +17,10 @@ from airflow.sdk import DAG
 
 # The hook sleeps 1..10 s between polls by default; its docstring suggests this for tests.
 BatchClientHook.DEFAULT_DELAY_MIN, BatchClientHook.DEFAULT_DELAY_MAX = 0, 1
-# With GATE set, the job waits (up to 5 min) for that file: the deferrable operator checks the job once
-# before it defers and returns without deferring if it already ended, which on a busy machine it had.
-SMOKE = (
-    'echo line-one on $AWS_BATCH_CE_NAME; n=0; while [ -n "$GATE" ] && [ ! -e "$GATE" ] && [ $n -lt 1500 ]; '
-    "do sleep 0.2; n=$((n+1)); done; sleep 1; echo line-two; exit $BATCH_EXIT"
-)
+# With GATE set, the workload waits (up to 5 min) for that file, which the deferrable scenarios' test
+# creates once the deferral is over (ReleaseAfterDeferral in tests/e2e/scenarios.py says why).
+WAIT_FOR_GATE = 'n=0; while [ -n "$GATE" ] && [ ! -e "$GATE" ] && [ $n -lt 1500 ]; do sleep 0.2; n=$((n+1)); done;'
+SMOKE = f"echo line-one on $AWS_BATCH_CE_NAME; {WAIT_FOR_GATE} sleep 1; echo line-two; exit $BATCH_EXIT"
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 
 for suffix, exit_code, deferrable in (("", 0, False), ("_exit3", 3, False), ("_deferrable", 0, True)):
@@ -32,8 +30,12 @@ for suffix, exit_code, deferrable in (("", 0, False), ("_exit3", 3, False), ("_d
             name="hello",
             namespace="default",
             image="busybox",
-            cmds=["sh", "-c", "echo line-one; sleep 1; echo line-two; exit ${EXIT_CODE:-0}"],
-            env_vars={"EXIT_CODE": str(exit_code)},
+            cmds=["sh", "-c", f"echo line-one; {WAIT_FOR_GATE} sleep 1; echo line-two; exit ${{EXIT_CODE:-0}}"],
+            env_vars={
+                "EXIT_CODE": str(exit_code),
+                # the test releases the pod once the deferral is over (tests/e2e/scenarios.py)
+                "GATE": "{{ dag_run.conf['workdir'] }}/released" if deferrable else "",
+            },
             kubernetes_conn_id=f"k8s_kpo_on_emulator{suffix}",
             get_logs=True,
             deferrable=deferrable,
