@@ -15,7 +15,9 @@ from kubernetes.client import models as k8s
 from airflow_gpu import AcceleratorSpecError
 from airflow_gpu.images.selection import ImageError
 from airflow_gpu.operators.kubernetes import STATE_ANNOTATION, GPUKubernetesOperator
+from airflow_gpu.spot.classifier import Classification, Outcome
 from airflow_gpu.spot.policy import SpotPolicy
+from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 
 
 def build(**kwargs: Any) -> dict[str, Any]:
@@ -237,3 +239,126 @@ def test_a_sampling_interval_that_cannot_work_is_refused_at_parse_time() -> None
     with pytest.raises(AcceleratorSpecError) as error:
         GPUKubernetesOperator(task_id="t", name="train", accelerator="L4", cmds=["x"], profile_interval=120)
     assert error.value.field == "profile_interval"
+
+
+def test_a_replacement_pod_keeps_every_text_that_merely_equals_the_first_pods_name(
+    kubernetes_emulator: KubernetesEmulator,
+) -> None:
+    """With ``random_name_suffix=False`` a pod is named like its task (``train``): the pod the trigger
+    creates in its place must keep the ``task_id`` label (reattach and identity fencing read it), the
+    command and the volume, and take the new name only as its name and in its spot notice path."""
+    from kubernetes import client, config
+
+    from airflow_gpu.operators.kubernetes_deferral import replacement_plan
+    from airflow_gpu.triggers.pod_replacement import PodReplacement
+    from tests.operators.task_context import Ti
+
+    operator = GPUKubernetesOperator(
+        task_id="train", name="train", random_name_suffix=False, accelerator="L4", capacity="spot",
+        cmds=["python", "train.py"], gpu_profile=False, deferrable=True, namespace="default",
+        config_file=str(kubernetes_emulator.kubeconfig_path),
+        volumes=[k8s.V1Volume(name="train", empty_dir=k8s.V1EmptyDirVolumeSource())],
+        volume_mounts=[k8s.V1VolumeMount(name="train", mount_path="/train")],
+    )  # fmt: skip
+    context: Any = {"ti": Ti(task_id="train"), "run_id": "manual__1", "dag": None}
+    first = operator.build_pod_request_obj(context)
+    assert first.metadata.name == "train"
+    plan = json.loads(json.dumps(replacement_plan(operator, context, first.metadata.name)))  # as stored
+    replacement = PodReplacement.from_argument(plan, "base", "delete_pod")
+    replacement.decide("train", Classification(Outcome.PREEMPTED, "TerminationByKubelet", "", transient=True), None)
+    pod = replacement.manifest(replacement.next_name())
+    container = pod["spec"]["containers"][0]
+    assert pod["metadata"]["name"] == "train-r1"
+    assert pod["metadata"]["labels"]["task_id"] == "train"
+    assert container["command"] == ["python", "train.py"]
+    assert [v["name"] for v in pod["spec"]["volumes"]] == [v.name for v in first.spec.volumes]
+    assert {"name": "train", "mountPath": "/train"} in container["volumeMounts"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["AIRFLOW_GPU_SPOT_NOTICE_FILE"] == "/tmp/airflow-gpu/train-r1/spot-notice"
+    assert container["lifecycle"]["preStop"]["exec"]["command"][-1].endswith("> /tmp/airflow-gpu/train-r1/spot-notice")
+    api = client.CoreV1Api(config.new_client_from_config(config_file=str(kubernetes_emulator.kubeconfig_path)))
+    created = api.create_namespaced_pod("default", pod)  # what the trigger sends: a valid pod, as the API reads it
+    assert created.metadata.labels["task_id"] == "train" and created.spec.containers[0].command == [
+        "python",
+        "train.py",
+    ]
+
+
+def test_a_plan_stored_by_an_earlier_build_gets_the_first_pods_name_back_where_it_was_not_the_name() -> None:
+    """An earlier build put ``NAME_TOKEN`` wherever the pod's name occurred; such a plan can sit in the
+    ``trigger`` table across an upgrade: the token outside the name and notice path is the first name."""
+    from airflow_gpu.spot.run import SpotRun
+    from airflow_gpu.triggers.pod_replacement import NAME_TOKEN, PodReplacement
+
+    notice = f"/tmp/airflow-gpu/{NAME_TOKEN}/spot-notice"
+    base = {
+        "metadata": {"name": NAME_TOKEN, "labels": {"task_id": NAME_TOKEN}},
+        "spec": {"containers": [{"name": "base", "command": ["python", f"{NAME_TOKEN}.py"],
+                                 "env": [{"name": "AIRFLOW_GPU_SPOT_NOTICE_FILE", "value": notice}]}]},
+    }  # fmt: skip
+    policy = SpotPolicy()
+    plan = {
+        "policy": policy.model_dump(), "candidates": ["L4:1"], "requested_capacity": None,
+        "state": SpotRun.start(policy, ["L4:1"], "kubernetes", None).to_json(), "base": base, "base_key": "0/any",
+        "deltas": {}, "first_name": "train",
+    }  # fmt: skip
+    pod = PodReplacement.from_argument(plan, "base", "delete_pod").manifest("train-r1")
+    assert pod["metadata"]["name"] == "train-r1" and pod["metadata"]["labels"]["task_id"] == "train"
+    assert pod["spec"]["containers"][0]["command"] == ["python", "train.py"]
+    assert pod["spec"]["containers"][0]["env"][0]["value"] == "/tmp/airflow-gpu/train-r1/spot-notice"
+
+
+def emulated(kubernetes_emulator: KubernetesEmulator, **kwargs: Any) -> GPUKubernetesOperator:
+    return GPUKubernetesOperator(
+        task_id="train", name="train", accelerator="L4", capacity="spot", cmds=["sleep", "600"], gpu_profile=False,
+        deferrable=True, namespace="default", kubernetes_conn_id=None,
+        config_file=str(kubernetes_emulator.kubeconfig_path), **kwargs,
+    )  # fmt: skip
+
+
+def test_a_deferral_that_timed_out_deletes_this_tries_pods(kubernetes_emulator: KubernetesEmulator) -> None:
+    """Past ``execution_timeout`` plus KPO's padding Airflow cancels the trigger (no ``on_kill``) and the task
+    resumes in ``__fail__``: every pod of this try goes, the trigger's replacements included; another try's
+    stays, as its own task instance's."""
+    from airflow.sdk.bases.operator import TriggerFailureReason
+    from airflow.sdk.exceptions import TaskDeferralTimeout
+    from kubernetes import client, config
+
+    from airflow_gpu.testing.polling import wait_for
+    from tests.operators.task_context import Ti
+
+    operator = emulated(kubernetes_emulator)
+    context: Any = {"ti": Ti(task_id="train", try_number=2), "run_id": "manual__1", "dag": None}
+    api = client.CoreV1Api(config.new_client_from_config(config_file=str(kubernetes_emulator.kubeconfig_path)))
+    for name, try_number in (("train-a", 2), ("train-a-r1", 2), ("train-b", 1)):
+        pod = operator.build_pod_request_obj({**context, "ti": Ti(task_id="train", try_number=try_number)})
+        pod.metadata.name = name
+        api.create_namespaced_pod("default", pod)
+    with pytest.raises(TaskDeferralTimeout):
+        operator.resume_execution("__fail__", {"error": TriggerFailureReason.TRIGGER_TIMEOUT}, context)
+    wait_for(lambda: {p.metadata.name for p in api.list_namespaced_pod("default").items} == {"train-b"}, 30)
+
+
+def test_the_worker_creates_the_pod_the_trigger_could_not(kubernetes_emulator: KubernetesEmulator) -> None:
+    """The trigger recorded an interruption and moved the run on, but the cluster refused the next pod: the
+    worker creates it, on the run's placement, and defers on it."""
+    from kubernetes import client, config
+
+    from airflow_gpu.triggers.kubernetes import NEXT_KEY, STATE_KEY
+    from tests.operators.task_context import Ti
+
+    operator = emulated(kubernetes_emulator)
+    context: Any = {"ti": Ti(task_id="train"), "run_id": "manual__1", "dag": None}
+    moved = GPUKubernetesOperator(task_id="train", accelerator="L4", capacity="spot")
+    moved.spot_run.submitted("train-a")
+    moved.spot_run.finish(Classification(Outcome.PREEMPTED, "TerminationByKubelet", "", transient=True))
+    moved.spot_run.finish(Classification(Outcome.UNSCHEDULABLE, "Unschedulable", "0/1 nodes"))
+    assert moved.spot_run.capacity == "on-demand"
+    event = {"status": "error", "name": "train-a", "namespace": "default", "message": "exceeded quota",
+             NEXT_KEY: True, STATE_KEY: moved.spot_run.to_json()}  # fmt: skip
+    with pytest.raises(TaskDeferred):
+        operator.trigger_reentry(context, event)
+    api = client.CoreV1Api(config.new_client_from_config(config_file=str(kubernetes_emulator.kubeconfig_path)))
+    (pod,) = api.list_namespaced_pod("default").items
+    assert pod.metadata.labels["airflow-gpu/capacity"] == "on-demand" and pod.metadata.labels["task_id"] == "train"
+    assert json.loads(pod.metadata.annotations[STATE_ANNOTATION])["submissions"] == 2

@@ -121,7 +121,9 @@ def spot_argument(first_name: str, **policy: Any) -> dict[str, Any]:
     def manifest(capacity: str) -> dict[str, Any]:
         labels = {WATCH_LABEL: "l4", "airflow-gpu/capacity": capacity, "dag_id": "d", "task_id": "t",
                   "run_id": "r", "try_number": "1"}  # fmt: skip
-        container = {"name": "base", "image": "busybox", "command": ["sh", "-c", f"echo {NAME_TOKEN}; sleep 1"]}
+        notice = {"name": "AIRFLOW_GPU_SPOT_NOTICE_FILE", "value": f"/tmp/airflow-gpu/{NAME_TOKEN}/spot-notice"}
+        script = "echo $AIRFLOW_GPU_SPOT_NOTICE_FILE; sleep 1"
+        container = {"name": "base", "image": "busybox", "command": ["sh", "-c", script], "env": [notice]}
         return {"metadata": {"name": NAME_TOKEN, "labels": labels},
                 "spec": {"restartPolicy": "Never", "containers": [container]}}  # fmt: skip
 
@@ -172,7 +174,7 @@ def test_the_trigger_replaces_a_reclaimed_pod_itself_and_two_triggers_make_one_r
     env = {e.name: e.value for e in replaced.spec.containers[0].env}
     assert env["AIRFLOW_GPU_ATTEMPT"] == "2" and env["AIRFLOW_GPU_INTERRUPTIONS"] == "1"
     log = api.read_namespaced_pod_log("train-abc-r1", "default", _preload_content=False).data.decode()
-    assert log.strip() == "train-abc-r1"  # the name is the pod's own, in its command too
+    assert log.strip() == "/tmp/airflow-gpu/train-abc-r1/spot-notice"  # the name is the pod's own in its notice path
 
 
 def test_a_namespace_that_cannot_be_listed_is_an_error_event_not_a_wait(
@@ -188,11 +190,12 @@ def test_a_namespace_that_cannot_be_listed_is_an_error_event_not_a_wait(
     assert not SharedPodWatch._loops  # the loop's watch ended with it: nothing keeps a closed loop alive
 
 
-def test_a_restarted_trigger_replays_the_run_and_adopts_the_pod_it_made(
+def test_a_restarted_trigger_goes_on_with_the_pod_it_made(
     kubernetes_emulator: KubernetesEmulator,
 ) -> None:
     """A triggerer restart starts the trigger again from its first arguments: the first pod is gone
-    (replaced), so it meets the same decision, finds ``-r1`` (409), adopts it and counts one interruption."""
+    (replaced); one LIST of the try's pods finds ``-r1`` and the run's state on it, and the trigger waits
+    on it, creating nothing and counting the interruption once."""
     api = core(kubernetes_emulator)
     from airflow_gpu.triggers.pod_replacement import NAME_TOKEN
 
@@ -222,4 +225,121 @@ def test_a_restarted_trigger_replays_the_run_and_adopts_the_pod_it_made(
     assert (event["status"], event["name"]) == ("success", "train-xyz-r1")
     assert event["gpu_state"]["submissions"] == 1 and len(event["gpu_state"]["interruptions"]) == 1
     assert [p.metadata.name for p in api.list_namespaced_pod("default").items] == ["train-xyz-r1"]
-    assert kubernetes_emulator.api_requests("POST", "pods") == 3  # the first, r1, and the replay's 409
+    assert kubernetes_emulator.api_requests("POST", "pods") == 2  # the first and r1: the restart creates nothing
+
+
+def first_pod(api: client.CoreV1Api, plan: dict[str, Any], name: str, script: str, **spec: Any) -> None:
+    """The pod the worker created before it deferred: the plan's base pod, named."""
+    from airflow_gpu.triggers.pod_replacement import NAME_TOKEN
+
+    pod = json.loads(json.dumps(plan["base"]).replace(NAME_TOKEN, name))
+    pod["spec"]["containers"][0]["command"] = ["sh", "-c", script]
+    pod["spec"].update(spec)
+    api.create_namespaced_pod("default", pod)
+
+
+def pod_names(api: client.CoreV1Api) -> set[str]:
+    return {p.metadata.name for p in api.list_namespaced_pod("default").items}
+
+
+def test_nothing_is_replaced_past_the_tasks_execution_timeout(kubernetes_emulator: KubernetesEmulator) -> None:
+    """KPO hands the trigger ``_execution_deadline``; a pod still pending then ends the wait with ``timeout``.
+    That is the task's limit, not a capacity verdict: no next pod (each would time out at once, and be
+    replaced again, past the deadline), the worker gets the event."""
+    import time
+
+    api = core(kubernetes_emulator)
+    plan = spot_argument("late", max_interruptions=3)
+    first_pod(api, plan, "late", "true", nodeSelector={"no-such": "node"})
+    arguments = trigger(kubernetes_emulator, "late", trigger_kwargs={"_execution_deadline": int(time.time()) + 3})
+    t = GPUPodTrigger(**{**arguments.serialize()[1], "gpu_spot": plan})
+    event = asyncio.run(asyncio.wait_for(first_event(t), 60))
+    assert (event["status"], event["name"]) == ("timeout", "late") and "execution_timeout" in event["message"]
+    assert event["gpu_state"]["submissions"] == 0 and event["gpu_state"]["interruptions"] == []
+    assert pod_names(api) == {"late"} and kubernetes_emulator.api_requests("POST", "pods") == 1
+
+
+def test_a_create_the_cluster_refuses_hands_the_run_to_the_worker(kubernetes_emulator: KubernetesEmulator) -> None:
+    """A GPU namespace's quota refuses the next pod (403): the trigger does not crash (``__fail__``, the
+    interruption lost); the worker gets an ``error`` event with the run's state, interruption recorded, and
+    the word to create the next pod itself."""
+    from airflow_gpu.triggers.kubernetes import NEXT_KEY
+
+    api = core(kubernetes_emulator)
+    plan = spot_argument("quota", max_interruptions=3)
+    first_pod(api, plan, "quota", "sleep 600")
+    t = GPUPodTrigger(**{**trigger(kubernetes_emulator, "quota").serialize()[1], "gpu_spot": plan})
+
+    async def body() -> dict[str, Any]:
+        running = asyncio.create_task(first_event(t))
+        await asyncio.sleep(0)
+        (watch,) = SharedPodWatch.in_this_loop()
+        await asyncio.wait_for(watch.synced.wait(), 30)
+        kubernetes_emulator.inject_api_fault(verb="create", resource="pods", status=403, times=None,
+                                             message='pods "quota-r1" is forbidden: exceeded quota: gpu')  # fmt: skip
+        await asyncio.to_thread(kubernetes_emulator.preempt, "quota", "default", 0)
+        return await asyncio.wait_for(running, 60)
+
+    event = asyncio.run(body())
+    assert (event["status"], event["name"], event[NEXT_KEY]) == ("error", "quota", True)
+    assert "exceeded quota" in event["message"]
+    state = event["gpu_state"]
+    assert state["submissions"] == 1 and [i["reason"] for i in state["interruptions"]] == ["TerminationByKubelet"]
+
+
+def test_a_restarted_trigger_goes_on_from_a_capacity_move_it_made_not_from_a_deleted_pod(
+    kubernetes_emulator: KubernetesEmulator,
+) -> None:
+    """The first pod got no spot capacity in time: the trigger deleted it and created ``-r1`` on on-demand.
+    A triggerer restart finds the first pod gone; replaying from it would read the deletion as a reclaim
+    (``PodDeleted``), stay on spot and adopt the on-demand ``-r1`` under a spot state. The restarted
+    trigger takes the run's state from ``-r1`` instead."""
+    api = core(kubernetes_emulator)
+    plan = spot_argument("moved", max_interruptions=3)
+    plan["base"]["spec"]["containers"][0]["command"] = ["sh", "-c", "sleep 4"]
+    first_pod(api, plan, "moved", "true", nodeSelector={"no-such": "node"})
+    arguments = {**trigger(kubernetes_emulator, "moved", schedule_timeout=2).serialize()[1], "gpu_spot": plan}
+
+    async def until_replaced() -> None:
+        running = asyncio.create_task(first_event(GPUPodTrigger(**arguments)))
+        from airflow_gpu.testing.polling import wait_for
+
+        await asyncio.to_thread(wait_for, lambda: pod_names(api) == {"moved-r1"}, 30)
+        running.cancel()  # the triggerer goes away here
+
+    asyncio.run(until_replaced())
+    event = asyncio.run(asyncio.wait_for(first_event(GPUPodTrigger(**arguments)), 60))  # a new triggerer
+    assert (event["status"], event["name"]) == ("success", "moved-r1")
+    state = event["gpu_state"]
+    assert state["capacity"] == "on-demand" and state["submissions"] == 1
+    assert [i["reason"] for i in state["interruptions"]] != ["PodDeleted"]
+    assert api.read_namespaced_pod("moved-r1", "default").metadata.labels["airflow-gpu/capacity"] == "on-demand"
+    assert kubernetes_emulator.api_requests("POST", "pods") == 2
+
+
+def test_mark_failed_deletes_every_pod_of_the_try_the_trigger_may_have_made(
+    kubernetes_emulator: KubernetesEmulator,
+) -> None:
+    """Mark Failed while the trigger is between two pods (a create landed, its response not yet read):
+    ``on_kill`` deletes every running pod of this task try by its labels, not only the one it waited on;
+    another try's pod stays."""
+    from airflow_gpu.testing.polling import wait_for
+
+    api = core(kubernetes_emulator)
+    plan = spot_argument("marked", max_interruptions=3)
+    first_pod(api, plan, "marked", "sleep 600")
+    first_pod(api, plan, "marked-r1", "sleep 600")  # the create in flight when the task was marked failed
+    other = json.loads(json.dumps(plan))
+    other["base"]["metadata"]["labels"]["try_number"] = "2"
+    first_pod(api, other, "marked-next-try", "sleep 600")
+    t = GPUPodTrigger(**{**trigger(kubernetes_emulator, "marked", termination_grace_period=0).serialize()[1],
+                         "gpu_spot": plan})  # fmt: skip
+
+    async def body() -> None:
+        waiting = asyncio.create_task(first_event(t))
+        await asyncio.sleep(1)
+        waiting.cancel()  # as the triggerer does, before it calls on_kill
+        await t.on_kill()
+
+    asyncio.run(body())
+    wait_for(lambda: pod_names(api) == {"marked-next-try"}, 30)

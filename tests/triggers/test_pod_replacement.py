@@ -112,3 +112,12 @@ def test_an_unusable_state_is_refused_with_the_reason() -> None:
     broken = {**argument(), "state": {"version": 999}}
     with pytest.raises(ValueError, match="state version 999"):
         PodReplacement.from_argument(broken, "base", "delete_pod")
+
+
+def test_a_pod_never_seen_and_not_seen_deleted_is_no_interruption() -> None:
+    """The official trigger's execution-deadline fast path fires before any state is seen: nothing says the
+    pod was reclaimed, so nothing is replaced (``classify_pod(None)`` would say "PodDeleted")."""
+    replacement = PodReplacement.from_argument(argument(), "base", "delete_pod")
+    result = replacement.classify(None, deleted=False, node_stays=None)
+    assert result.outcome is Outcome.UNKNOWN and not replacement.replaceable(result)
+    assert replacement.classify(None, deleted=True, node_stays=None).outcome is Outcome.PREEMPTED

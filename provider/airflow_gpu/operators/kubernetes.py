@@ -35,7 +35,7 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
         "GPUKubernetesOperator needs the cncf-kubernetes provider: pip install 'airflow-provider-gpu[kubernetes]'"
     ) from error
 
-from airflow.sdk.exceptions import AirflowException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowException, AirflowSkipException, TaskDeferralTimeout
 
 from airflow_gpu.accelerators.errors import AcceleratorSpecError
 from airflow_gpu.accelerators.kubernetes import CAPACITIES, LabelScheme, MigStrategy
@@ -53,7 +53,7 @@ from airflow_gpu.spot.classifier import Classification, Outcome, classify_delete
 from airflow_gpu.spot.policy import Capacity, SpotPolicy
 from airflow_gpu.spot.run import SpotRun
 from airflow_gpu.triggers.interruption_log import log_interruptions
-from airflow_gpu.triggers.kubernetes import LAST_SEEN_KEY, STATE_KEY, GPUPodTrigger
+from airflow_gpu.triggers.kubernetes import LAST_SEEN_KEY, NEXT_KEY, STATE_KEY, GPUPodTrigger
 from airflow_gpu.utils.kubernetes import to_dict
 from airflow_gpu.utils.pod_identity import identity_mismatch
 from airflow_gpu.utils.results import ResultError, WorkloadOutput
@@ -311,6 +311,9 @@ class GPUKubernetesOperator(KubernetesPodOperator):
         self.spot_run.submitted(event["name"])
         self._outcome = self._dropped = self._output = None
         self._unread = UNREAD
+        if event.get(NEXT_KEY):  # the trigger recorded the pod's end and decided, but could not create the next
+            self._create_next(context, event)
+            return None
         try:
             result = super().trigger_reentry(context, event)
         except AirflowSkipException:
@@ -333,6 +336,47 @@ class GPUKubernetesOperator(KubernetesPodOperator):
             self.execute_async(context)
             return None
         return self._succeed(context, result)
+
+    def _create_next(self, context: Context, event: dict[str, Any]) -> None:
+        """Create here the pod the trigger could not (a quota, a name held by another pod), and defer again.
+
+        The run's state in the event has the interruption recorded and the placement moved on; the ended pod
+        is marked checked so that KPO's reattach does not take it for the pod to follow.
+        """
+        self.log.warning("The triggerer replaced pod %s but could not create the next one: %s", event["name"],
+                         event.get("message"))  # fmt: skip
+        with contextlib.suppress(ApiException):
+            ended = self.client.read_namespaced_pod(event["name"], event["namespace"])
+            self.patch_already_checked(ended, reraise=False)
+        publish(context, self.spot_run, None)
+        self.pod = self.pod_request_obj = self.remote_pod = None
+        self.log.info("Submitting a new pod on %s (%s capacity)", self.accelerator, self.spot_run.capacity)
+        self.execute_async(context)
+
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
+        """Airflow's resume; a deferral that timed out (``execution_timeout``: the trigger was cancelled, no
+        ``on_kill``) deletes this try's pods first, the ones the trigger created included."""
+        try:
+            return super().resume_execution(next_method, next_kwargs, context)
+        except TaskDeferralTimeout:
+            self._delete_this_try(context)
+            raise
+
+    def _delete_this_try(self, context: Context) -> None:
+        labels = self._get_ti_pod_labels(context)
+        selector = ",".join(f"{k}={v}" for k, v in labels.items() if k != "kubernetes_pod_operator")
+        namespace = self.namespace or self.hook.get_namespace() or "default"
+        try:
+            pods = self.client.list_namespaced_pod(namespace, label_selector=selector).items
+        except ApiException as error:
+            self.log.warning("Could not list this try's pods to delete them (%s %s)", error.status, error.reason)
+            return
+        for pod in pods:
+            self.log.warning("Deleting pod %s/%s: the task's deferral timed out", namespace, pod.metadata.name)
+            with contextlib.suppress(ApiException):
+                self.client.delete_namespaced_pod(
+                    pod.metadata.name, namespace, grace_period_seconds=self.termination_grace_period
+                )
 
     def _clean(self, event: dict[str, Any], result: dict[Any, Any] | None, context: Context) -> None:
         """KPO drops a pod it finds gone (404) while waiting for it; the last read is kept to classify."""

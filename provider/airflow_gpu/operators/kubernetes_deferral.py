@@ -9,11 +9,10 @@ spot-notice hook), once per placement, and carried as one pod plus a delta per o
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from airflow_gpu.triggers.pod_replacement import NAME_TOKEN, placement_key
+from airflow_gpu.triggers.pod_replacement import NAME_TOKEN, SPOT_NOTICE_PATH, notice_hook, placement_key
 from airflow_gpu.utils.kubernetes import to_dict
 from airflow_gpu.utils.manifest_delta import delta
 
@@ -25,8 +24,23 @@ if TYPE_CHECKING:
 
 
 def pod_manifest(pod: k8s.V1Pod) -> dict[str, Any]:
-    """The pod as the trigger carries it: its name replaced by ``NAME_TOKEN``."""
-    manifest: dict[str, Any] = json.loads(json.dumps(to_dict(pod)).replace(pod.metadata.name, NAME_TOKEN))
+    """The pod as the trigger carries it: ``NAME_TOKEN`` for its name, where the name is the pod's own.
+
+    That is ``metadata.name`` and the spot notice's path (the base container's variable and the
+    ``preStop`` hook ``kubernetes_pod.dress`` wrote), set field by field: the same text elsewhere (a
+    ``task_id`` label, ``python train.py``, a volume) is the user's and stays as it is.
+    """
+    manifest: dict[str, Any] = to_dict(pod)
+    metadata = manifest.setdefault("metadata", {})
+    own, token = SPOT_NOTICE_PATH.format(pod=metadata.get("name")), SPOT_NOTICE_PATH.format(pod=NAME_TOKEN)
+    metadata["name"] = NAME_TOKEN
+    for container in (manifest.get("spec") or {}).get("containers") or []:
+        for variable in container.get("env") or []:
+            if variable.get("value") == own:
+                variable["value"] = token
+        hook = ((container.get("lifecycle") or {}).get("preStop") or {}).get("exec") or {}
+        if hook.get("command") == notice_hook(own):
+            hook["command"] = notice_hook(token)
     return manifest
 
 

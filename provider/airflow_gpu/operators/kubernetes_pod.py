@@ -21,6 +21,7 @@ from kubernetes.client import models as k8s
 from airflow_gpu.accelerators.kubernetes import KubernetesPlacement, to_kubernetes
 from airflow_gpu.operators.gpu_profile import ENV_SPOT_NOTICE, profiler_environment, wrapped
 from airflow_gpu.spot.policy import Capacity
+from airflow_gpu.triggers.pod_replacement import SPOT_NOTICE_PATH, notice_hook
 from airflow_gpu.utils.kubernetes import add_placement
 
 if TYPE_CHECKING:
@@ -28,8 +29,6 @@ if TYPE_CHECKING:
 
     from airflow_gpu.operators.kubernetes import GPUKubernetesOperator
 
-#: Where the ``preStop`` hook writes the spot notice; ``{pod}`` keeps pods apart on shared hosts.
-SPOT_NOTICE_PATH = "/tmp/airflow-gpu/{pod}/spot-notice"
 #: Pod annotation holding the run's state, read back when a retry reattaches to the pod.
 STATE_ANNOTATION = "airflow-gpu/state"
 
@@ -63,9 +62,8 @@ def dress(op: GPUKubernetesOperator, pod: k8s.V1Pod, context: Context | None) ->
     kept = [e for e in container.env or [] if e.name not in env]  # every variable once
     container.env = [*kept, *(k8s.V1EnvVar(name=k, value=v) for k, v in env.items())]
     if container.lifecycle is None:
-        notice = f"mkdir -p {notice_file.rsplit('/', 1)[0]} && date -u +%Y-%m-%dT%H:%M:%SZ > {notice_file}"
         container.lifecycle = k8s.V1Lifecycle(
-            pre_stop=k8s.V1LifecycleHandler(_exec=k8s.V1ExecAction(command=["/bin/sh", "-c", notice]))
+            pre_stop=k8s.V1LifecycleHandler(_exec=k8s.V1ExecAction(command=notice_hook(notice_file)))
         )
     pod.metadata.labels = {
         **(pod.metadata.labels or {}),

@@ -26,6 +26,7 @@ from typing import Any
 from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import PodLaunchFailedException
 from airflow.providers.cncf.kubernetes.triggers.pod import ContainerState, KubernetesPodTrigger
 from airflow.providers.cncf.kubernetes.utils.pod_manager import (
+    OnKillAction,
     PodLaunchTimeoutException,
     detect_pod_terminate_early_issues,
 )
@@ -36,7 +37,7 @@ from airflow_gpu.triggers import cluster, kill_guard
 from airflow_gpu.triggers.cluster import ClusterConnection
 from airflow_gpu.triggers.interruption_log import log_interruptions
 from airflow_gpu.triggers.kubernetes_api import PodState
-from airflow_gpu.triggers.pod_replacement import PodReplacement
+from airflow_gpu.triggers.pod_replacement import PodReplacement, placement_mismatch, saved_state, task_try_selector
 from airflow_gpu.triggers.pod_watch import SharedPodWatch
 from airflow_gpu.triggers.resume_dwell import dwell
 
@@ -46,6 +47,8 @@ LAST_SEEN_KEY = "gpu_last_seen"
 LOG_TAIL_LINES = 10_000
 #: Event key carrying the spot run's state to the worker, when the trigger carried the run on.
 STATE_KEY = "gpu_state"
+#: Event key set when the trigger decided to resubmit but could not create the next pod: the worker does.
+NEXT_KEY = "gpu_next_pod"
 
 
 class PodGone(Exception):
@@ -73,6 +76,8 @@ class GPUPodTrigger(KubernetesPodTrigger):
         return cls(**kwargs, gpu_spot=gpu_spot)
 
     _gone: PodState | None = None  # the pod's last state, once the watch said it was deleted
+    _handed_back = False  # the event for the worker was yielded
+    _creating: str | None = None  # the pod being created in place of an ended one
     _last_seen: dict[str, Any] | None = None  # the pod as the watch last showed it
 
     @cached_property
@@ -93,10 +98,37 @@ class GPUPodTrigger(KubernetesPodTrigger):
 
     async def on_kill(self) -> None:
         """The official ``on_kill`` (delete the pod on Mark Failed), unless the trigger only moved to
-        another triggerer, which follows the pod (``kill_guard``)."""
+        another triggerer, which follows the pod (``kill_guard``).
+
+        With a spot run here the trigger may be between two pods (its event fired, the next pod being
+        created): every pod of this task try that has not ended goes, found by its labels, and the one
+        being created.
+        """
+        if self._handed_back or (self.gpu_spot is None and self._fired_event):
+            return
         if await kill_guard.handed_over(self):
             return
-        await super().on_kill()
+        if self.gpu_spot is None:
+            await super().on_kill()
+            return
+        if self.on_kill_action == OnKillAction.KEEP_POD:
+            return
+        names = {self.pod_name, *([self._creating] if self._creating else [])}
+        selector, found = task_try_selector(self.gpu_spot.get("base") or {}), []
+        try:  # no identity labels (a pod built without a context): only the pods named here
+            if selector:
+                found = await cluster.list_objects(self.connection, "pods", self.pod_namespace, selector)
+            running = [p for p in found if _phase(p) not in ("Succeeded", "Failed")]
+            names |= {p["metadata"]["name"] for p in running if not p["metadata"].get("deletionTimestamp")}
+        except Exception as error:  # the current pod goes in any case
+            self.log.warning("Could not list this task try's pods (%s: %s)", type(error).__name__, error)
+        for name in sorted(names):
+            self.log.info("Deleting pod %s in namespace %s.", name, self.pod_namespace)
+            try:
+                await cluster.delete(self.watch.connection, "pods", self.pod_namespace, name,
+                                     grace_period_seconds=self.termination_grace_period)  # fmt: skip
+            except Exception:
+                self.log.exception("Could not delete pod %s", name)
 
     @cached_property
     def watch(self) -> SharedPodWatch:
@@ -217,6 +249,8 @@ class GPUPodTrigger(KubernetesPodTrigger):
             if self.gpu_spot is not None
             else None
         )
+        if replacement is not None:
+            await self._resume_point(replacement)
         while True:
             payload: dict[str, Any] | None = None
             try:
@@ -226,46 +260,105 @@ class GPUPodTrigger(KubernetesPodTrigger):
                 self.watch.forget(self.pod_name)  # the shared watch keeps only pods someone waits on
             if payload is None:
                 return
-            if replacement is None:
+            final = payload if replacement is None else await self._carry_on(replacement, payload)
+            if final is not None:
                 await dwell(self._deferred_at())
-                yield TriggerEvent(payload)
-                return
-            ended = replacement.run.to_json()  # what the worker decides from, if it is the last pod
-            if payload.get("status") in ("success", "error") or not await self._replaced(replacement, payload):
-                await dwell(self._deferred_at())
-                yield TriggerEvent({**payload, STATE_KEY: ended})
+                self._handed_back = True
+                yield TriggerEvent(final)
                 return
 
     def _deferred_at(self) -> float | None:
         start = self.trigger_start_time
         return start.timestamp() if start is not None else None
 
-    async def _replaced(self, replacement: PodReplacement, payload: dict[str, Any]) -> bool:
-        """True when the pod's end was an interruption the policy rides out here, and the next pod exists."""
+    def _past_deadline(self) -> bool:
+        """Whether the task's ``execution_timeout`` has passed (KPO's ``_execution_deadline``)."""
+        deadline = self.trigger_kwargs.get("_execution_deadline")
+        return deadline is not None and time.time() >= float(deadline)
+
+    async def _resume_point(self, replacement: PodReplacement) -> None:
+        """Where the run is: the first pod, or, when this trigger ran before (a triggerer restart, a twin:
+        apache/airflow#37180), the latest pod it created, with the run's state as recorded on that pod.
+
+        A restarted trigger starts from its first arguments, but the pods it replaced may be gone (deleted
+        as ``on_finish_action`` says, or as an unschedulable pod is): replaying their ends would read as
+        deletions. One LIST of this try's pods finds where it was.
+        """
+        selector = replacement.selector()
+        if not selector:
+            return
+        try:
+            found = await cluster.list_objects(self.watch.connection, "pods", self.pod_namespace, selector)
+        except Exception as error:  # the first pod's wait reports what the cluster says
+            self.log.warning("Could not list this task try's pods (%s: %s)", type(error).__name__, error)
+            return
+        ranked = [(int((saved_state(p) or {}).get("submissions") or 0), p) for p in found]
+        if not ranked:
+            return
+        submissions, latest = max(ranked, key=lambda item: item[0])
+        state = saved_state(latest)
+        if state is None or submissions <= replacement.run.submissions:
+            return
+        if ignored := replacement.run.restore(state):
+            self.log.warning("The state on pod %s is not usable (%s); going on from the first pod", latest, ignored)
+            return
+        self.pod_name = latest["metadata"]["name"]
+        self.log.info("Going on with pod %s (submission %d), made by this trigger before", self.pod_name,
+                      submissions + 1)  # fmt: skip
+
+    async def _carry_on(self, replacement: PodReplacement, payload: dict[str, Any]) -> dict[str, Any] | None:
+        """The event for the worker, or None when the pod's end was an interruption the policy rides out
+        here and the next pod exists.
+
+        Nothing is replaced past the task's ``execution_timeout``, nor on a timeout other than a pod that
+        got no capacity in time. An error on the way (a quota that refuses the create, a pod of the next
+        name that is not this try's) goes to the worker with the run's state, which goes on from there.
+        """
+        ended = replacement.run.to_json()  # what the worker decides from, if it is the last pod
+        final = {**payload, STATE_KEY: ended}
+        if payload.get("status") in ("success", "error") or self._past_deadline():
+            return final
         last = payload.get(LAST_SEEN_KEY) or self._last_seen
         deleted = self._gone is not None
         node = ((last or {}).get("spec") or {}).get("nodeName")
         result = replacement.classify(last, deleted, await self._node_stays(node) if deleted else None)
         if not replacement.replaceable(result):
-            return False
-        snapshot = replacement.run.to_json()
+            return final
+        if payload.get("status") == "timeout" and result.outcome is not Outcome.UNSCHEDULABLE:
+            return final  # a startup that took too long: the worker's to judge, as KPO does
         decision = replacement.decide(self.pod_name, result, node, last)
         if decision.action != "resubmit":
-            replacement.run.restore(snapshot)  # the worker records it and fails, as for any last pod
-            return False
+            replacement.run.restore(ended)  # the worker records it and fails, as for any last pod
+            return final
         ended_pod = self.pod_name
         await self._write_log(ended_pod)
         log_interruptions(self.log, replacement.run, decision, ended_pod)
-        if replacement.delete_ended or result.outcome is Outcome.UNSCHEDULABLE:
-            await self._delete(ended_pod)
+        try:
+            if replacement.delete_ended or result.outcome is Outcome.UNSCHEDULABLE:
+                await self._delete(ended_pod)
+        except Exception as error:  # the pod is there still: the worker judges it, as any last pod
+            self.log.warning("Could not delete pod %s (%s: %s)", ended_pod, type(error).__name__, error)
+            replacement.run.restore(ended)
+            return final
         name = replacement.next_name()
-        adopted = await self._create(replacement.manifest(name))
+        try:
+            adopted = await self._create(replacement, name)
+        except Exception as error:
+            self.log.warning("Could not create pod %s (%s: %s); the worker goes on", name, type(error).__name__, error)
+            return {
+                "status": "error", "namespace": self.pod_namespace, "name": ended_pod,
+                "message": f"the triggerer could not create pod {name}: {type(error).__name__}: {error}",
+                "last_log_time": self.last_log_time, LAST_SEEN_KEY: last, STATE_KEY: replacement.run.to_json(),
+                NEXT_KEY: True, **self.trigger_kwargs,
+            }  # fmt: skip
+        finally:
+            self._creating = None
         self.log.info(
             "%s pod %s on %s (%s capacity) in place of %s", "Adopted" if adopted else "Created", name,
             replacement.run.accelerator, replacement.run.capacity, ended_pod,
         )  # fmt: skip
         self.pod_name, self._gone, self._last_seen, self._fired_event = name, None, None, False
-        return True
+        return None
 
     async def _one_pod(self) -> Any:
         """The official run for the current pod; every event but ``success`` carries its last state."""
@@ -316,13 +409,25 @@ class GPUPodTrigger(KubernetesPodTrigger):
     async def _delete(self, name: str) -> None:
         await cluster.delete(self.watch.connection, "pods", self.pod_namespace, name, grace_period_seconds=0)
 
-    async def _create(self, manifest: dict[str, Any]) -> bool:
+    async def _create(self, replacement: PodReplacement, name: str) -> bool:
         """Create the pod; True when it existed already as this task try's (adopted). A pod of that name
-        that belongs to anything else is an error: it is never taken over."""
-        try:
-            return await cluster.create_or_adopt(self.watch.connection, "pods", self.pod_namespace, manifest)
-        except cluster.NotThisTaskTry as error:
-            raise PodLaunchFailedException(str(error)) from error
+        that belongs to anything else is an error: it is never taken over. An adopted pod that runs
+        another placement (a twin trigger decided otherwise) brings its run state, or is refused."""
+        manifest = replacement.manifest(name)
+        self._creating = name  # for ``on_kill``: a create in flight when the task is marked failed
+        adopted = await cluster.create_or_adopt(self.watch.connection, "pods", self.pod_namespace, manifest)
+        if not adopted:
+            return False
+        existing = await cluster.read(self.watch.connection, "pods", self.pod_namespace, name)
+        mismatch = placement_mismatch(existing or {}, manifest)
+        if existing is None or mismatch is None:
+            return True
+        state = saved_state(existing)
+        if state is None or replacement.run.restore(state):
+            raise cluster.NotThisTaskTry(f"pod {name} of this task try runs another placement: {mismatch}")
+        self.log.info("Pod %s was made by a twin of this trigger on %s; its run state is taken over", name,
+                      replacement.run.accelerator)  # fmt: skip
+        return True
 
 
 def _phase(pod: dict[str, Any]) -> Any:

@@ -8,12 +8,14 @@ and the pod of every placement the policy may move to (built by the operator at 
 interruption, deletes the pod and creates the next one itself. The task resumes on a worker only
 for the final pod (result, logs, profile), with the run's state in the event.
 
-Names are deterministic per task try and submission: ``<first pod>-r<N>``. A trigger that runs
-twice (two triggerers, apache/airflow#37180) or again after a triggerer restart (it starts from its
-first arguments, so it replays the run: the pods it replaced are gone, and it creates the same
-names) finds the pod it already made (409) and adopts it when the pod's labels name the same task
-try; another task's pod with that name is never taken. Interruptions are keyed by pod name, so a
-replay counts each once.
+Names are deterministic per task try and submission: ``<first pod>-r<N>``; only ``metadata.name``
+and the spot notice path carry it (``named``). A trigger that runs again after a triggerer restart
+starts from its first arguments, but the pods it replaced may be gone: it lists the try's pods
+(``task_try_selector``) and goes on from the latest one's state (``saved_state``). A twin
+(two triggerers, apache/airflow#37180) finds the pod the other made (409) and adopts it when the
+pod's labels name the same task try, taking its state when it runs another placement
+(``placement_mismatch``); another task's pod with that name is never taken. Interruptions are keyed
+by pod name, so a replay counts each once.
 """
 
 from __future__ import annotations
@@ -28,12 +30,16 @@ from airflow_gpu.spot.policy import Decision, SpotPolicy
 from airflow_gpu.spot.run import SpotRun
 from airflow_gpu.utils.manifest_delta import apply
 
-#: Stands for the pod's name in the carried manifests (the name is in its notice path too).
+#: Stands for the pod's name in the carried manifests: ``metadata.name`` and the notice path only.
 NAME_TOKEN = "airflow-gpu-pod-name"
+#: Where the ``preStop`` hook writes the spot notice; ``{pod}`` keeps pods apart on shared hosts.
+SPOT_NOTICE_PATH = "/tmp/airflow-gpu/{pod}/spot-notice"
 #: Pod annotation holding the run's state (the operator's ``STATE_ANNOTATION``).
 STATE_ANNOTATION = "airflow-gpu/state"
 #: Labels that make a pod this task try's: a pod with the same name but other values is not adopted.
 IDENTITY_LABELS = ("dag_id", "task_id", "run_id", "map_index", "try_number")
+#: Labels that name a pod's placement (``kubernetes_pod.dress``).
+PLACEMENT_LABELS = ("airflow-gpu/accelerator", "airflow-gpu/capacity")
 MAX_NAME = 63
 R = TypeVar("R", bound="PodReplacement")
 
@@ -72,6 +78,8 @@ class PodReplacement:
     def classify(self, last_seen: dict[str, Any] | None, deleted: bool, node_stays: bool | None) -> Classification:
         if deleted:
             return classify_deleted_pod(last_seen, node_stays)
+        if last_seen is None:  # never seen, and not seen deleted: nothing tells an interruption
+            return Classification(Outcome.UNKNOWN, "NotSeen", "the trigger saw no state of the pod")
         return classify_pod(last_seen)
 
     def decide(
@@ -88,6 +96,10 @@ class PodReplacement:
 
     # --- the next pod -------------------------------------------------------------------
 
+    def selector(self) -> str:
+        """The label selector of this task try's pods (every pod of the run carries its identity labels)."""
+        return task_try_selector(self.base)
+
     def next_name(self) -> str:
         suffix = f"-r{self.run.submissions}"
         return self.first_name[: MAX_NAME - len(suffix)].rstrip("-.") + suffix
@@ -97,10 +109,8 @@ class PodReplacement:
         key = placement_key(self.run.placement.candidate, self.run.placement.capacity)
         if key not in self.deltas and key != self.base_key:
             raise KeyError(f"no pod was carried for placement {key}; carried: {sorted([self.base_key, *self.deltas])}")
-        pod = self.base if key == self.base_key else apply(self.base, self.deltas[key])
-        pod = dict(json.loads(json.dumps(pod).replace(NAME_TOKEN, name)))
+        pod = named(self.base if key == self.base_key else apply(self.base, self.deltas[key]), name, self.first_name)
         metadata = pod.setdefault("metadata", {})
-        metadata["name"] = name
         for server_owned in ("uid", "resourceVersion", "creationTimestamp"):
             metadata.pop(server_owned, None)
         metadata.setdefault("annotations", {})[STATE_ANNOTATION] = json.dumps(self.run.to_json())
@@ -111,6 +121,57 @@ class PodReplacement:
             env = [e for e in container.get("env") or [] if e.get("name") not in environment]
             container["env"] = [*env, *({"name": k, "value": v} for k, v in environment.items())]
         return pod
+
+
+def notice_hook(notice_file: str) -> list[str]:
+    """The ``preStop`` command that writes the spot notice (``kubernetes_pod.dress``)."""
+    notice = f"mkdir -p {notice_file.rsplit('/', 1)[0]} && date -u +%Y-%m-%dT%H:%M:%SZ > {notice_file}"
+    return ["/bin/sh", "-c", notice]
+
+
+def notice_directory(pod_name: str) -> str:
+    """The directory of a pod's spot notice (``SPOT_NOTICE_PATH``), which its ``preStop`` hook creates."""
+    return SPOT_NOTICE_PATH.format(pod=pod_name).rsplit("/", 1)[0]
+
+
+def named(pod: dict[str, Any], name: str, first_name: str) -> dict[str, Any]:
+    """The carried pod with its name: ``metadata.name`` and the notice directory, nothing else.
+
+    The worker marks only those two with ``NAME_TOKEN`` (``kubernetes_deferral.pod_manifest``). An
+    earlier build replaced the pod's name wherever it occurred, so a name like ``train`` left the token
+    in a ``task_id`` label, a command or a volume name too: in such a plan the token stands for the
+    first pod's name there, and is given back.
+    """
+    text = json.dumps(pod).replace(notice_directory(NAME_TOKEN), notice_directory(name))
+    carried: dict[str, Any] = json.loads(text.replace(NAME_TOKEN, first_name))
+    carried.setdefault("metadata", {})["name"] = name
+    return carried
+
+
+def task_try_selector(pod: Mapping[str, Any]) -> str:
+    """``dag_id=...,task_id=...,...``: the identity labels of the pod (empty when it has none)."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return ",".join(f"{k}={labels[k]}" for k in IDENTITY_LABELS if k in labels)
+
+
+def placement_mismatch(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> str | None:
+    """Why an adopted pod does not run the wanted placement (None: it does)."""
+    have = (existing.get("metadata") or {}).get("labels") or {}
+    want = (wanted.get("metadata") or {}).get("labels") or {}
+    for label in PLACEMENT_LABELS:
+        if have.get(label) != want.get(label):
+            return f"its label {label}={have.get(label)!r} is not {want.get(label)!r}"
+    return None
+
+
+def saved_state(pod: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The run's state a pod carries (``STATE_ANNOTATION``: as it was when the pod was made), if readable."""
+    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(STATE_ANNOTATION)
+    try:
+        state = json.loads(text) if text else None
+    except (TypeError, ValueError):
+        return None
+    return state if isinstance(state, dict) else None
 
 
 def same_task_try(existing: dict[str, Any], wanted: dict[str, Any]) -> str | None:
