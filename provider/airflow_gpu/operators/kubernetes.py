@@ -359,7 +359,10 @@ class GPUKubernetesOperator(KubernetesPodOperator):
         try:
             return super().resume_execution(next_method, next_kwargs, context)
         except TaskDeferralTimeout:
-            self._delete_this_try(context)
+            try:
+                self._delete_this_try(context)
+            except Exception:  # the timeout is the task's error; a cleanup that failed is only logged
+                self.log.exception("Could not delete this try's pods after the deferral timed out")
             raise
 
     def _delete_this_try(self, context: Context) -> None:
