@@ -29,7 +29,7 @@ def dwell_seconds() -> float:
     """``[gpu] resume_dwell_seconds`` of the triggerer's configuration, else ``RESUME_DWELL_SECONDS``."""
     from airflow.providers.common.compat.sdk import conf
 
-    return max(0.0, conf.getfloat("gpu", "resume_dwell_seconds", fallback=RESUME_DWELL_SECONDS))
+    return max(0.0, float(conf.getfloat("gpu", "resume_dwell_seconds", fallback=RESUME_DWELL_SECONDS)))
 
 
 async def dwell(deferred_at: float | None) -> None:
