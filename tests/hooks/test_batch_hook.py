@@ -12,6 +12,7 @@ import pytest
 from airflow_gpu.accelerators.spec import Accelerator
 from airflow_gpu.hooks.batch import SPEC_HASH_TAG, GPUBatchHook
 from airflow_gpu.testing.batch.emulator import BatchEmulator
+from airflow_gpu.testing.polling import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -74,3 +75,26 @@ def test_queue_offers(aws_default_connection: BatchEmulator) -> None:
     assert spot.can_run(Accelerator.parse("H100:8")) and spot.can_run(Accelerator.parse("A10G:4"))
     assert not spot.can_run(Accelerator.parse("B200:8")) and not spot.can_run(Accelerator.parse("L40S"))
     assert not spot.can_run(Accelerator.parse("A100-80GB:8"))  # p4d carries the 40 GB A100
+
+
+def test_a_job_still_runnable_after_its_cancel_is_terminated_before_the_run_moves_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CancelJob on a RUNNABLE job behind the head of its queue (earlier API references: it "remains
+    in RUNNABLE until it reaches the head of the job queue"). Taken as cancelled after the timeout,
+    it must not start when capacity comes back, with nobody following it: TerminateJob stops it."""
+    with BatchEmulator(stop_timeout=2, cancel_at_head=True) as emulator:
+        monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", emulator.airflow_connection_uri())
+        hook = GPUBatchHook(aws_conn_id="aws_default")
+        arn = hook.register_job_definition_once("quick", definition(["true"]))
+        emulator.stall("gpu-spot-ce")
+        head, behind = (
+            hook.api.submit_job(jobName=name, jobQueue="gpu-spot", jobDefinition=arn)["jobId"] for name in ("a", "b")
+        )
+        wait_for(lambda: emulator._job(behind).status == "RUNNABLE", 30, "the job to be RUNNABLE")
+        ended = hook.cancel_runnable(behind, "no capacity", interval=0.2, timeout=1)
+        assert ended["status"] == "FAILED" and ended["statusReason"] == "no capacity"
+        emulator.release("gpu-spot-ce")
+        wait_for(lambda: emulator._job(head).status == "SUCCEEDED", 30, "the head job to run")
+        job = wait_for(lambda: (j := emulator._job(behind)).status in ("SUCCEEDED", "FAILED") and j, 30, "its end")
+        assert job.status == "FAILED" and not job.attempts  # it never started

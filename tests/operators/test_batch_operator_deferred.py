@@ -11,6 +11,7 @@ a real Airflow. Every expectation is taken over the emulator's whole record of s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
 import threading
@@ -171,13 +172,14 @@ def test_a_restarted_trigger_follows_the_job_it_submitted_and_on_kill_stops_that
 ) -> None:
     """A triggerer restart replays the trigger from its first arguments: the replacement it submitted
     before is found by name and task try (SubmitJob has no idempotency token), never submitted twice.
-    Mark Failed then terminates the replacement, the job the trigger follows now."""
+    Mark Failed then terminates the replacement, the job the trigger follows now: as the triggerer
+    does it, the trigger's run is cancelled first, then ``on_kill`` is called."""
     emulator, context = aws_default_connection, {"ti": Ti(), "task_state_store": Store()}
     slow = [sys.executable, "-c", "import time; time.sleep(60)"]  # a workload that runs until stopped
     deferred = defer(context, command=slow)
     reclaim_when_running(emulator, "train")
 
-    async def until_replaced_then_restart() -> dict[str, Any]:
+    async def until_replaced_then_restart() -> str:
         first = asyncio.create_task(first_event(trigger_of(deferred)))
         await asyncio.to_thread(wait_for, lambda: len(described(emulator)) == 2, 60, "the replacement")
         first.cancel()  # the triggerer dies
@@ -186,14 +188,110 @@ def test_a_restarted_trigger_follows_the_job_it_submitted_and_on_kill_stops_that
         await asyncio.to_thread(
             wait_for, lambda: replay.job_id != deferred.trigger.serialize()[1]["job_id"], 60, "the replay to follow it"
         )
-        await replay.on_kill()  # Mark Failed while deferred (Airflow 3.3)
-        return await asyncio.wait_for(again, 60)
+        await cancelled(again)  # Mark Failed while deferred (Airflow 3.3): the trigger is cancelled...
+        await replay.on_kill()  # ...then told
+        return replay.job_id
 
-    event = asyncio.run(until_replaced_then_restart())
+    followed = asyncio.run(until_replaced_then_restart())
+    jobs = described(emulator)
+    assert [j["jobName"] for j in jobs] == ["train", "train-r1"] and followed == jobs[1]["jobId"]
+    job = wait_for(lambda: (j := described(emulator)[1])["status"] == "FAILED" and j, 60, "the stop")
+    assert job["statusReason"] == KILLED[0]
+
+
+async def cancelled(task: asyncio.Task[Any]) -> None:
+    """Cancel a trigger's run as the triggerer does, and wait for it to end."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def replaced(emulator: BatchEmulator, deferred: TaskDeferred) -> str:
+    """Run the trigger until it has submitted the replacement of the reclaimed job, then drop it."""
+    reclaim_when_running(emulator, "train")
+
+    async def until_replaced() -> None:
+        task = asyncio.create_task(first_event(trigger_of(deferred)))
+        await asyncio.to_thread(wait_for, lambda: len(described(emulator)) == 2, 60, "the replacement")
+        await cancelled(task)
+
+    asyncio.run(until_replaced())
+    return str(described(emulator)[1]["jobId"])
+
+
+def test_a_trigger_that_crashed_leaves_no_replacement_running(aws_default_connection: BatchEmulator) -> None:
+    """The trigger fails (``__fail__``: TaskDeferralError) after it submitted a replacement the worker
+    never heard of: the try fails, and the replacement is terminated, not left beside a retry's job."""
+    from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR
+    from airflow.sdk.exceptions import TaskDeferralError
+
+    emulator, context = aws_default_connection, {"ti": Ti(), "task_state_store": Store()}
+    slow = [sys.executable, "-c", "import time; time.sleep(60)"]  # a workload that runs until stopped
+    deferred = defer(context, command=slow)
+    replacement = replaced(emulator, deferred)
+    failure = {"error": "Trigger failure", "traceback": ["RuntimeError: boom"]}
+    with pytest.raises(TaskDeferralError):
+        operator(command=slow).resume_execution(TRIGGER_FAIL_REPR, failure, context)  # type: ignore[arg-type]
+    job = wait_for(lambda: (j := emulator._job(replacement)).status == "FAILED" and j, 20, "the replacement to stop")
+    assert job.job_stopped_reason == KILLED[2]
+
+
+def test_a_try_that_gives_up_waiting_stops_the_triggers_job_and_records_it(
+    aws_default_connection: BatchEmulator,
+) -> None:
+    """The trigger could not follow its job (``error`` events, ``MAX_TRIGGER_ERRORS`` times): the try
+    fails, and the job the trigger followed, its own replacement, is saved and terminated."""
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_gpu.operators.batch_deferral import MAX_TRIGGER_ERRORS
+
+    emulator, store = aws_default_connection, Store()
+    context = {"ti": Ti(), "task_state_store": store}
+    slow = [sys.executable, "-c", "import time; time.sleep(60)"]  # a workload that runs until stopped
+    deferred = defer(context, command=slow)
+    replacement = replaced(emulator, deferred)
+    event = {"status": "error", "job_id": replacement, "message": "DescribeJobs throttled"}
+    kwargs = {**(deferred.kwargs or {}), "event": event, "errors": MAX_TRIGGER_ERRORS}
+    with pytest.raises(AirflowException, match="failed"):
+        operator(command=slow).resume_execution(deferred.method_name, kwargs, context)  # type: ignore[arg-type]
+    job = wait_for(lambda: (j := emulator._job(replacement)).status == "FAILED" and j, 20, "the replacement to stop")
+    assert job.job_stopped_reason == KILLED[2]
+    assert store[STATE_KEY]["run"]["workload"] == replacement and store[STATE_KEY]["open"] is False
+
+
+def test_mark_failed_while_the_trigger_submits_stops_the_job_it_submits(aws_default_connection: BatchEmulator) -> None:
+    """Mark Failed while the trigger's SubmitJob is under way: the triggerer cancels the trigger, but
+    the call runs on in its thread and lands after ``on_kill`` began. ``on_kill`` waits for it, and
+    terminates the job it submitted."""
+    emulator, context = aws_default_connection, {"ti": Ti(), "task_state_store": Store()}
+    slow = [sys.executable, "-c", "import time; time.sleep(60)"]  # a workload that runs until stopped
+    deferred = defer(context, command=slow)
+    reclaim_when_running(emulator, "train")
+    trigger = trigger_of(deferred)
+    submitting, land = threading.Event(), threading.Event()
+    submit_once = trigger._submit_once
+
+    def slow_submission(*args: Any) -> tuple[str, bool]:  # SubmitJob slow to answer
+        submitting.set()
+        land.wait(30)
+        return submit_once(*args)
+
+    trigger._submit_once = slow_submission  # type: ignore[method-assign]
+
+    async def kill_while_submitting() -> None:
+        running = asyncio.create_task(first_event(trigger))
+        await asyncio.to_thread(submitting.wait, 60)
+        await cancelled(running)
+        killing = asyncio.create_task(trigger.on_kill())
+        await asyncio.sleep(1)  # on_kill is under way; the SubmitJob has not landed
+        land.set()
+        await asyncio.wait_for(killing, 60)
+
+    asyncio.run(kill_while_submitting())
     jobs = described(emulator)
     assert [j["jobName"] for j in jobs] == ["train", "train-r1"]
-    assert event["job_id"] == jobs[1]["jobId"] and jobs[1]["statusReason"] == KILLED[0]
-    assert len(event["gpu_state"]["interruptions"]) == 1
+    job = wait_for(lambda: (j := described(emulator)[1])["status"] == "FAILED" and j, 20, "the stop")
+    assert job["statusReason"] == KILLED[0]
 
 
 def test_capacity_timeout_cancels_and_moves_on_from_the_trigger(aws_default_connection: BatchEmulator) -> None:

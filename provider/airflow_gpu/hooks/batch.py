@@ -40,6 +40,8 @@ SPOT_TYPES = frozenset({"SPOT", "FARGATE_SPOT"})
 THROTTLE_RETRIES = 8
 #: Polls for a job DescribeJobs does not return yet before the job is taken for lost.
 MISSING_POLLS = 5
+#: Seconds a job may stay RUNNABLE after CancelJob before it is terminated instead.
+CANCEL_TIMEOUT = 60.0
 
 
 def definition_hash(definition: Mapping[str, Any]) -> str:
@@ -124,18 +126,20 @@ class GPUBatchHook(BatchClientHook):
             time.sleep(min(interval, 2**poll))
         raise AirflowException(f"AWS Batch does not know job {job_id} after {missing_polls} DescribeJobs")
 
-    def cancel_runnable(self, job_id: str, reason: str, interval: float, timeout: float = 60) -> dict[str, Any]:
+    def cancel_runnable(
+        self, job_id: str, reason: str, interval: float, timeout: float | None = None
+    ) -> dict[str, Any]:
         """CancelJob, then the job once it left RUNNABLE: FAILED if the cancel took, else STARTING or later.
 
         CancelJob only acts on SUBMITTED, PENDING and RUNNABLE jobs; a job that left RUNNABLE
         between the describe and the cancel keeps running, and must be followed, never replaced.
-        Some CancelJob references say a cancelled RUNNABLE job stays RUNNABLE until it reaches the
-        head of its queue, where it is cancelled instead of started: still RUNNABLE after
-        ``timeout``, the job is taken as cancelled (its status shown as FAILED with ``reason``).
+        Earlier CancelJob references say a cancelled RUNNABLE job stays RUNNABLE until it reaches
+        the head of its queue: still RUNNABLE after ``timeout`` (``CANCEL_TIMEOUT``), the job is
+        terminated (``stop_uncancelled``), so that it cannot start later with nobody following it.
         """
         self.log.warning("Cancelling job %s: %s", job_id, reason)
         self.api.cancel_job(jobId=job_id, reason=reason)
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + (CANCEL_TIMEOUT if timeout is None else timeout)
         while True:
             current = self.describe_job(job_id, interval)
             if current["status"] not in ("RUNNABLE", "FAILED", "SUCCEEDED"):
@@ -143,9 +147,17 @@ class GPUBatchHook(BatchClientHook):
             if current["status"] != "RUNNABLE":
                 return current
             if time.monotonic() >= deadline:
-                self.log.warning("Job %s is still RUNNABLE %gs after CancelJob: taken as cancelled", job_id, timeout)
-                return {**current, "status": "FAILED", "statusReason": reason}
+                return self.stop_uncancelled(current, reason)
             time.sleep(min(interval, 2))
+
+    def stop_uncancelled(self, job: Mapping[str, Any], reason: str) -> dict[str, Any]:
+        """A job still RUNNABLE long after CancelJob: TerminateJob, which stops a job in any state up to
+        RUNNING (a cancel that has not taken may still let it start). It is taken as ended, FAILED
+        with ``reason``, as Batch will show it: the run moves on without waiting for that."""
+        job_id = str(job["jobId"])
+        self.log.warning("Job %s is still RUNNABLE after CancelJob: terminating it", job_id)
+        self.api.terminate_job(jobId=job_id, reason=reason)
+        return {**job, "status": "FAILED", "statusReason": reason}
 
     def jobs_named(self, queue: str, name: str) -> list[dict[str, Any]]:
         """Every job of the queue named ``name`` (a trailing ``*``: named with that prefix), described,

@@ -11,9 +11,11 @@ the worker, by the operator's own ``submission_arguments`` (the user's rendered 
 job definition registered for the candidate, the queue, the overrides with the profiler), once
 per placement.
 
-A deferral that times out (``execution_timeout``) resumes on a worker that knows only the first
-job; ``live_jobs`` finds the replacements the trigger submitted, by name and identity tags, so
-that none runs on.
+A deferral that ends the try without a final job (``execution_timeout``; the trigger crashed, an
+``__fail__``; the trigger could not follow the job, ``MAX_TRIGGER_ERRORS`` times) resumes on a
+worker that may know only the job of the last deferral; ``live_jobs`` finds the replacements the
+trigger submitted, by name and identity tags, and every job of the try is terminated, so that
+none runs on beside the job a retry submits.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from airflow.sdk.exceptions import AirflowException, TaskDeferralTimeout
+from airflow.sdk.exceptions import AirflowException, TaskDeferralError, TaskDeferralTimeout
 
 from airflow_gpu.accelerators import batch_job
 from airflow_gpu.accelerators.batch_queues import offered_placement
@@ -80,23 +82,40 @@ class BatchDeferral:
         )
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
-        """Airflow's resume; a deferral that timed out (``execution_timeout``) terminates the job first,
-        and every replacement the trigger submitted."""
-        op = _operator(self)
+        """Airflow's resume; a deferral that timed out (``execution_timeout``) or whose trigger failed
+        (``__fail__``) terminates the job first, and every replacement the trigger submitted."""
         try:
             return super().resume_execution(next_method, next_kwargs, context)  # type: ignore[misc]
         except TaskDeferralTimeout:
-            saved, op._context = saved_run(context, STATE_KEY), context
-            op.job_id = (  # below Airflow 3.3 (no task state store), this try's XCom has the job id
-                saved.get("workload") if saved else context["ti"].xcom_pull(task_ids=op.task_id, key=JOB_ID_XCOM_KEY)
-            )
-            op.on_kill(spot_batch.KILLED[1])
-            queues = list(op.queues.values()) or [str(op.job_queue)]
-            identity = batch_job.identity_tags(context["ti"])
-            for job in resubmission.live_jobs(op.gpu_hook, queues, first_job_name(op, context), identity):
-                op.gpu_hook.api.terminate_job(jobId=job["jobId"], reason=spot_batch.KILLED[1])
-                op.log.info("Terminated AWS Batch job %s, which the trigger submitted", job["jobId"])
+            self._stop_this_try(context, spot_batch.KILLED[1])
             raise
+        except TaskDeferralError:  # the trigger crashed: the job it followed, maybe its own, runs on
+            self._stop_this_try(context, spot_batch.KILLED[2])
+            raise
+
+    def _stop_this_try(self, context: Context, reason: str, job_id: str | None = None) -> None:
+        """Terminate this try's jobs before it fails: ``job_id`` (the one the trigger last followed, if
+        the worker heard of it), else the one saved at the last deferral, and every ``-r<N>`` of the
+        try still running. The known job is saved first, the state closed last: should a call fail
+        on the way, a later try still finds the right job."""
+        op = _operator(self)
+        op._context = context
+        saved = saved_run(context, STATE_KEY)
+        if saved and (ignored := op.spot_run.restore(saved)):
+            op.log.warning("The saved GPU state is ignored: %s", ignored)
+        if job_id is not None:
+            op.spot_run.submitted(job_id)
+            save_run(context, STATE_KEY, op.spot_run)
+        op.job_id = job_id or (  # below Airflow 3.3 (no task state store), this try's XCom has the job id
+            saved.get("workload") if saved else context["ti"].xcom_pull(task_ids=op.task_id, key=JOB_ID_XCOM_KEY)
+        )
+        queues = list(op.queues.values()) or [str(op.job_queue)]
+        identity = batch_job.identity_tags(context["ti"])
+        for job in resubmission.live_jobs(op.gpu_hook, queues, first_job_name(op, context), identity):
+            if job["jobId"] != op.job_id:
+                op.gpu_hook.api.terminate_job(jobId=job["jobId"], reason=reason)
+                op.log.info("Terminated AWS Batch job %s, which the trigger submitted", job["jobId"])
+        op.on_kill(reason)  # the job, then the state closed
 
     def resume_after_trigger(
         self,
@@ -118,7 +137,8 @@ class BatchDeferral:
         op.job_id = event.get("job_id") or op.spot_run.workload
         if event.get("status") == "error":  # the job runs on: look again, and wait again a few times
             op.log.warning("Waiting for job %s failed: %s", op.job_id, event.get("message"))
-            if errors >= MAX_TRIGGER_ERRORS:
+            if errors >= MAX_TRIGGER_ERRORS:  # the try fails: its job must not run on beside a retry's
+                self._stop_this_try(context, spot_batch.KILLED[2], str(op.job_id))
                 raise AirflowException(f"waiting for job {op.job_id} failed {errors + 1} times: {event.get('message')}")
         job = op.gpu_hook.describe_job(str(op.job_id), op.poll_interval)
         if op.job_id != first:  # the trigger submitted it: the XCom and the links follow the job

@@ -43,8 +43,8 @@ CAPACITY_CANCEL_PREFIX = "airflow-gpu: no capacity"
 TIME_LIMIT_CANCEL_PREFIX = "Canceled by JobStateTimeLimit action"
 FINAL = ("SUCCEEDED", "FAILED")
 #: TerminateJob reasons of a task that killed its own job (Mark Failed, on_kill; a deferral past
-#: execution_timeout): such a job is never taken over by a later try.
-KILLED = ("Task killed by the user", "airflow-gpu: execution_timeout")
+#: execution_timeout; a deferral that failed): such a job is never taken over by a later try.
+KILLED = ("Task killed by the user", "airflow-gpu: execution_timeout", "airflow-gpu: the deferral failed")
 
 
 @dataclass

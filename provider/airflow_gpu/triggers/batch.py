@@ -8,6 +8,12 @@ job. The trigger fires when the job ends, or when it has waited RUNNABLE for lon
 ``capacity_timeout`` (the operator then cancels it and, if it did not start meanwhile, moves on).
 DescribeJobs is retried with backoff when Batch throttles it (``GPUBatchHook``), and a job missing
 from a few answers (DescribeJobs is eventually consistent) is asked for again before giving up.
+
+The poller's hook is built again every ``HOOK_TTL`` seconds and after any failed round, so rotated
+keys or an edited connection reach a triggerer that never goes idle; a round that cannot build
+one fails that round's waiters, who retry or give up as for a DescribeJobs error. A trigger that
+cancels a job past ``capacity_timeout`` waits for the cancel through the same poller, not with a
+thread of its own.
 """
 
 from __future__ import annotations
@@ -15,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from functools import partial
 from typing import Any, ClassVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -32,6 +37,8 @@ MISSING_ROUNDS = 5
 CONVERGE_ROUNDS = 3
 #: Event key carrying the spot run's state to the worker, when the trigger carried the run on.
 STATE_KEY = "gpu_state"
+#: Seconds a poller's hook (its connection and credentials) serves before it is built again.
+HOOK_TTL = 300.0
 
 
 class SharedJobPoller:
@@ -68,9 +75,25 @@ class SharedJobPoller:
                     del self.waiting[job_id]
 
     async def _loop(self) -> None:
+        """Poll while anyone waits; should the loop itself fail, every waiter hears of it (nobody is
+        left waiting on a loop that is gone), and the next registrant starts a new one."""
+        try:
+            await self._poll()
+        except BaseException as error:
+            for futures in list(self.waiting.values()):
+                for future in futures:
+                    if not future.done():
+                        future.set_exception(error if isinstance(error, Exception) else RuntimeError(repr(error)))
+            raise
+        finally:
+            if SharedJobPoller._pollers.get(self.key) is self and not self.waiting:
+                del SharedJobPoller._pollers[self.key]
+
+    async def _poll(self) -> None:
         from airflow_gpu.hooks.batch import GPUBatchHook
 
-        hook = await GPUBatchHook.for_trigger(self.aws_conn_id, self.region_name)
+        hook: Any = None
+        built = 0.0
         while self.waiting:
             await asyncio.sleep(self.interval)
             batch = {job_id: futures for job_id, futures in self.waiting.items() if futures}
@@ -78,8 +101,11 @@ class SharedJobPoller:
                 continue
             ids = list(batch)
             try:
+                if hook is None or time.monotonic() - built >= HOOK_TTL:  # rotated keys, an edited connection
+                    hook, built = await GPUBatchHook.for_trigger(self.aws_conn_id, self.region_name), time.monotonic()
                 found = await asyncio.to_thread(hook.describe_jobs_batched, ids)
             except Exception as error:  # every waiter hears about it; each decides to retry or fail
+                hook = None  # expired credentials, say: the next round reads the connection again
                 for futures in batch.values():
                     for future in futures:
                         if not future.done():
@@ -89,7 +115,6 @@ class SharedJobPoller:
                 for future in futures:
                     if not future.done():
                         future.set_result(found.get(job_id))
-        SharedJobPoller._pollers.pop(self.key, None)
 
 
 class GPUBatchJobTrigger(BaseTrigger):
@@ -205,7 +230,7 @@ class GPUBatchJobTrigger(BaseTrigger):
             if clock is not None and clock.expired(job["status"], time.monotonic()):
                 if carry_on:
                     try:
-                        job = await asyncio.to_thread(self._cancel_for_capacity, await self._hook(), job)
+                        job = await self._cancel_for_capacity(poller, job)
                     except Exception as error:  # throttled, or a 5xx: the job is still ours to follow
                         errors += 1
                         if errors >= self.max_errors:
@@ -240,7 +265,10 @@ class GPUBatchJobTrigger(BaseTrigger):
                 resubmission.run.capacity,
             )  # fmt: skip
         args = resubmission.submission(resubmission.next_name())
-        self.job_id, adopted = await asyncio.to_thread(self._submit_once, await self._hook(), resubmission, args)
+        hook = await self._hook()
+        # Not cancelled with the trigger (a thread cannot be): ``on_kill`` waits for it, then stops its job.
+        self._submitting = asyncio.ensure_future(asyncio.to_thread(self._submit_once, hook, resubmission, args))
+        self.job_id, adopted = await asyncio.shield(self._submitting)
         resubmission.run.submitted(self.job_id)
         self._converge_rounds = CONVERGE_ROUNDS
         self.log.info(
@@ -254,6 +282,7 @@ class GPUBatchJobTrigger(BaseTrigger):
         return True
 
     _resubmission: BatchResubmission | None = None
+    _submitting: asyncio.Future[tuple[str, bool]] | None = None  # the SubmitJob in flight, or the last one
     _submitted: tuple[str, str] | None = None  # the queue and name of the last job submitted here
 
     def _submit_once(self, hook: Any, resubmission: BatchResubmission, args: dict[str, Any]) -> tuple[str, bool]:
@@ -282,9 +311,26 @@ class GPUBatchJobTrigger(BaseTrigger):
             self.job_id = str(kept["jobId"])
             resubmission.run.submitted(self.job_id)
 
-    def _cancel_for_capacity(self, hook: Any, job: dict[str, Any]) -> dict[str, Any]:
+    async def _cancel_for_capacity(self, poller: SharedJobPoller, job: dict[str, Any]) -> dict[str, Any]:
+        """CancelJob, then the job once it left RUNNABLE, seen through the shared poller (no thread
+        sleeps through the wait: thousands of jobs may time out together). Still RUNNABLE after
+        ``CANCEL_TIMEOUT``, it is terminated (``GPUBatchHook.stop_uncancelled``) before the run
+        moves on, so that it cannot start later with nobody following it."""
+        from airflow_gpu.hooks import batch as batch_hook
+
         reason = capacity_cancel_reason(job, float(self.capacity_timeout or 0))
-        return dict(hook.cancel_runnable(str(job["jobId"]), reason, float(self.poll_interval)))
+        job_id, hook = str(job["jobId"]), await self._hook()
+        self.log.warning("Cancelling job %s: %s", job_id, reason)
+        await asyncio.to_thread(lambda: hook.api.cancel_job(jobId=job_id, reason=reason))
+        deadline = time.monotonic() + batch_hook.CANCEL_TIMEOUT
+        current = job
+        while True:
+            seen = await poller.next_description(job_id)
+            current = seen or current
+            if seen is not None and seen["status"] != "RUNNABLE":
+                return seen
+            if time.monotonic() >= deadline:
+                return dict(await asyncio.to_thread(hook.stop_uncancelled, current, reason))
 
     async def _print_log(self, job: dict[str, Any], lag: float) -> None:
         """What an interrupted job printed (its last checkpoint, the SIGTERM) into the task's trigger log,
@@ -303,21 +349,35 @@ class GPUBatchJobTrigger(BaseTrigger):
     async def on_kill(self) -> None:
         """ "Mark Failed" on a deferred task (Airflow 3.3+): terminate the job, or it runs on, billed.
 
-        It is the job this trigger follows now (a replacement it submitted, maybe). Building the
-        client reads the connection and credentials: all of it runs in a thread, so the triggerer's
-        event loop, shared by every deferred task, never blocks on it.
+        It is the job this trigger follows now (a replacement it submitted, maybe). Airflow cancels
+        the trigger first, but a SubmitJob already on its way runs on in its thread: it is waited
+        for, and its job terminated too. Building the client reads credentials: all of it runs in
+        a thread, so the triggerer's event loop, shared by every deferred task, never blocks on it.
         """
         if await kill_guard.handed_over(self):  # moved to another triggerer, which follows the job
             return
+        job_ids = [self.job_id]
+        if self._submitting is not None:
+            try:
+                job_ids.append((await asyncio.shield(self._submitting))[0])
+            except Exception:  # SubmitJob failed: nothing of it to stop; the name lookup below looks anyway
+                self.log.info("The replacement being submitted when the task was killed was not submitted")
         try:
             hook = await self._hook()
-            await asyncio.to_thread(partial(hook.api.terminate_job, jobId=self.job_id, reason=KILLED[0]))
-            self.log.info("Terminated AWS Batch job %s", self.job_id)
-            if self.gpu_spot is not None:  # a replacement submitted while the kill came in runs on otherwise
-                spot = self.gpu_spot
-                queues, first_name, identity = carried_queues(spot), spot["first_name"], spot["identity"]
-                for job in await asyncio.to_thread(live_jobs, hook, queues, first_name, identity):
-                    await asyncio.to_thread(partial(hook.api.terminate_job, jobId=job["jobId"], reason=KILLED[0]))
-                    self.log.info("Terminated AWS Batch job %s of this task try", job["jobId"])
+            await asyncio.to_thread(self._terminate_all, hook, list(dict.fromkeys(job_ids)))
         except Exception:
             self.log.exception("Could not terminate AWS Batch job %s", self.job_id)
+
+    def _terminate_all(self, hook: Any, job_ids: list[str]) -> None:
+        """TerminateJob on ``job_ids`` and, carrying a spot run, on every job of this try not yet ended
+        (a replacement submitted while the kill came in): in a thread, the client built there too."""
+        for job_id in job_ids:
+            hook.api.terminate_job(jobId=job_id, reason=KILLED[0])
+            self.log.info("Terminated AWS Batch job %s", job_id)
+        if self.gpu_spot is None:
+            return
+        spot = self.gpu_spot
+        for job in live_jobs(hook, carried_queues(spot), spot["first_name"], spot["identity"]):
+            if job["jobId"] not in job_ids:
+                hook.api.terminate_job(jobId=job["jobId"], reason=KILLED[0])
+                self.log.info("Terminated AWS Batch job %s of this task try", job["jobId"])

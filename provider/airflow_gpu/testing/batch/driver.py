@@ -75,8 +75,11 @@ class BatchDriver(threading.Thread):
         log_ingestion_delay: float = 0.0,
         max_vcpus: Mapping[str, int] | None = None,
         capacity_reasons: bool = True,
+        cancel_at_head: bool = False,
     ) -> None:
         super().__init__(daemon=True, name="batch-emulator-driver")
+        self.cancel_at_head = cancel_at_head  # a RUNNABLE job's CancelJob waits for it to head its queue
+        setattr(backend, "emulator_cancel_at_head", cancel_at_head)  # noqa: B010 - read by the patched CancelJob (``patches.py``)
         self.backend, self.logs, self.offers = backend, logs_backend, offers
         self.stop_timeout, self.tick, self.step_delay = stop_timeout, tick, step_delay
         self.max_vcpus = dict(max_vcpus or {})
@@ -155,7 +158,10 @@ class BatchDriver(threading.Thread):
         children = [c for c in job._child_jobs or [] if isinstance(c, EmulatedJob)]
         if job.termination is not None:
             for child in children:
-                (child.cancel if job.cancelled else child.terminate)(job.termination)
+                if job.cancelled:
+                    child.cancel(job.termination, at_head=self.cancel_at_head)
+                else:
+                    child.terminate(job.termination)
         if job.status == "SUBMITTED":
             job.status = "PENDING"
         if all(c.status in ("SUCCEEDED", "FAILED") for c in children):
@@ -165,6 +171,7 @@ class BatchDriver(threading.Thread):
     def _step_runnable(self, job: EmulatedJob) -> None:
         placement = place(job, self.offers, self.max_vcpus, self.stalled)
         with job.lock:  # a CancelJob either lands before this or finds the job STARTING
+            job.take_cancel()
             if job.termination is not None:
                 self._finish(job, "FAILED", job.termination)
                 return
@@ -184,7 +191,8 @@ class BatchDriver(threading.Thread):
         for job in jobs:
             if job.status != "RUNNABLE" or job.finished or job._child_jobs:
                 continue
-            shown = job.blocked if heads.get(job.job_queue.arn) is job else None
+            job.at_head = heads.get(job.job_queue.arn) is job
+            shown = job.blocked if job.at_head else None
             if shown is not None and shown.code == INSUFFICIENT_CAPACITY and not self.capacity_reasons:
                 shown = None
             code = shown.code if shown is not None else None
@@ -194,7 +202,7 @@ class BatchDriver(threading.Thread):
                 if job.status != "RUNNABLE" or job.finished:
                     continue
                 job.job_stopped_reason = shown.message if shown is not None else None
-                if job.termination is not None:  # a CancelJob came first: the next step fails it with its reason
+                if job.termination is not None or job.cancel_requested is not None:  # the next step fails it
                     continue
                 if queues.expired_action(job.job_queue, code, now - job.head_since) is not None:
                     assert code is not None

@@ -57,19 +57,22 @@ class BatchEmulator:
         stop_timeout: float = 30.0,
         log_ingestion_delay: float = LOG_INGESTION_DELAY,
         capacity_reasons: bool = True,
+        cancel_at_head: bool = False,
     ) -> None:
         """``region`` None takes the first region no other emulator of this process uses.
 
         ``log_ingestion_delay``: seconds before a line a job wrote is readable in CloudWatch Logs (0:
         at once). ``capacity_reasons`` False: the Batch service role lacks
         ``autoscaling:DescribeScalingActivities`` and ``ec2:DescribeSpotFleetRequestHistory``, so no
-        job stuck for capacity shows ``CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY``.
+        job stuck for capacity shows ``CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY``. ``cancel_at_head``:
+        CancelJob on a RUNNABLE job takes effect only once the job heads its queue (``jobs.py``).
         """
         self.setup, self.host, self.port = setup, host, port
         self.requested_region = region
         self.region = region or REGIONS[0]
         self.stop_timeout = stop_timeout
         self.log_ingestion_delay, self.capacity_reasons = log_ingestion_delay, capacity_reasons
+        self.cancel_at_head = cancel_at_head
         self.faults: list[dict[str, Any]] = []
         self._server: Any = None
         self._throttle: Any = None
@@ -129,6 +132,7 @@ class BatchEmulator:
             log_ingestion_delay=self.log_ingestion_delay,
             max_vcpus={ce.name: ce.max_vcpus for ce in self.setup.compute_environments},
             capacity_reasons=self.capacity_reasons,
+            cancel_at_head=self.cancel_at_head,
         )
         self.driver.start()
         return self

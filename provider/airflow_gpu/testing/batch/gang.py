@@ -54,6 +54,7 @@ def step(driver: BatchDriver, job: MultiNodeJob, now: float) -> None:
 
 def _step_runnable(driver: BatchDriver, job: MultiNodeJob) -> None:
     with job.lock:  # a CancelJob either lands before this or finds the job STARTING
+        job.take_cancel()
         if job.termination is not None:
             driver._finish(job, "FAILED", job.termination)
             return
@@ -61,6 +62,7 @@ def _step_runnable(driver: BatchDriver, job: MultiNodeJob) -> None:
         return  # the last attempt's nodes are still being stopped
     placement = place_nodes(job, driver.offers, driver.max_vcpus, driver.stalled, driver.capacity_types())
     with job.lock:
+        job.take_cancel()
         if job.termination is not None:
             driver._finish(job, "FAILED", job.termination)
             return

@@ -7,7 +7,11 @@ attribute here; the rest of moto's ``Job`` (describe shapes, ARNs, tags, queues)
 CancelJob and TerminateJob differ (Batch API reference): CancelJob acts only on a job that has not
 started (SUBMITTED, PENDING, RUNNABLE), TerminateJob on any job not yet final. ``cancel`` checks the
 status and ``lock`` makes that check and the driver's move to STARTING one step each, so a cancel
-never lands on a job that has already begun to start.
+never lands on a job that has already begun to start. With the emulator's ``cancel_at_head`` (what
+earlier API references said: "A job in RUNNABLE remains in RUNNABLE until it reaches the head of
+the job queue. Then the job status is updated to FAILED."), a RUNNABLE job's cancel is recorded as
+``cancel_requested`` and applied only once the job heads its queue; until then the job may still be
+placed and start. TerminateJob's stop is never deferred: a job that starts is stopped.
 
 What the job runs comes from ``container_properties()`` (the job definition's container; for a
 multi-node parallel node, its node range's: ``nodes.py``), so nodes share every method here.
@@ -54,6 +58,8 @@ class EmulatedJob(Job):
         self.task_id: str | None = None
         self.termination: str | None = None  # TerminateJob / CancelJob reason
         self.cancelled = False  # the termination came from CancelJob (an array parent passes it on as such)
+        self.cancel_requested: str | None = None  # a CancelJob on the RUNNABLE job, not applied yet
+        self.at_head = False  # the oldest RUNNABLE job of its queue, as of the last tick
         self.blocked: Blocked | None = None  # why the driver could not place it, while RUNNABLE
         self.head_code: str | None = None  # the reason it shows at the head of its queue...
         self.head_since = 0.0  # ...since this monotonic time
@@ -77,11 +83,21 @@ class EmulatedJob(Job):
             if not self.finished and self.termination is None:
                 self.termination = reason
 
-    def cancel(self, reason: str) -> None:
-        """CancelJob: fail the job if it has not started; once STARTING or RUNNING, do nothing."""
+    def cancel(self, reason: str, at_head: bool = False) -> None:
+        """CancelJob: fail the job if it has not started; once STARTING or RUNNING, do nothing. With
+        ``at_head``, a RUNNABLE job's cancel waits until it heads its queue (``cancel_requested``)."""
         with self.lock:
-            if not self.finished and self.termination is None and self.status in NOT_STARTED:
+            if self.finished or self.termination is not None or self.status not in NOT_STARTED:
+                return
+            if self.status == "RUNNABLE" and at_head:
+                self.cancel_requested = self.cancel_requested or reason
+            else:
                 self.termination, self.cancelled = reason, True
+
+    def take_cancel(self) -> None:
+        """Apply a RUNNABLE job's waiting CancelJob once it heads its queue (the caller holds ``lock``)."""
+        if self.cancel_requested is not None and self.termination is None and self.at_head:
+            self.termination, self.cancelled = self.cancel_requested, True
 
     def container_properties(self) -> dict[str, Any] | None:
         """The container this job runs, before its overrides (an MNP node: its node range's)."""

@@ -183,7 +183,7 @@ def cancel_job(self: Any, job_id: str, reason: str) -> None:
 
     job = self.get_job_by_id(job_id) if job_id and reason else None
     if isinstance(job, EmulatedJob):
-        job.cancel(reason)
+        job.cancel(reason, at_head=bool(getattr(self, "emulator_cancel_at_head", False)))
     else:  # moto's own checks and answers (empty id or reason, jobs of no emulator)
         _original[(BatchBackend, "cancel_job")](self, job_id, reason)
 
