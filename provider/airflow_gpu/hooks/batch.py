@@ -73,6 +73,11 @@ class GPUBatchHook(BatchClientHook):
                 hook._prefetched = await cls.aget_connection(aws_conn_id)
             except AirflowNotFoundException:
                 hook._prefetched = _MISSING  # boto3's own credential chain, as the hook does without one
+        # The connection's extras are read (``extra_dejson``) when ``conn_config`` is built, and each
+        # read masks them, telling the supervisor through the same channel; from a thread, on 3.2, that
+        # is the race above. Built here in the loop (the telling is then skipped: it cannot block the
+        # loop), the cached wrapper serves every thread.
+        hook.conn_config  # noqa: B018 (a cached property, built for its side effect)
         return hook
 
     def get_connection(self, conn_id: str) -> Any:  # type: ignore[override]
