@@ -198,8 +198,8 @@ more than one interval late (a gap of 4 s at most).""")
         print(
             f"{late['pods']} more GPUPodTrigger arriving one by one after the watch had listed took "
             f"{late['seconds']:.1f} s to all wait: {1000 * late['cpu_s'] / late['pods']:.0f} ms of CPU and "
-            f"{late['requests'] / late['pods']:.1f} API requests each (the watch keeps no pod nobody waited for, so "
-            "each late trigger GETs its pod once, with a client of its own)"
+            f"{late['requests'] / late['pods']:.1f} API requests each (the watch keeps the pods it listed, so a "
+            "late trigger finds its pod there; a GET only for a pod it did not have)"
             + ("." if late["settled"] else "; not all of them waited after 300 s.")
         )
 

@@ -343,3 +343,45 @@ def test_mark_failed_deletes_every_pod_of_the_try_the_trigger_may_have_made(
 
     asyncio.run(body())
     wait_for(lambda: pod_names(api) == {"marked-next-try"}, 30)
+
+
+def test_triggers_that_come_after_the_list_find_their_pods_in_it_without_a_get(
+    kubernetes_emulator: KubernetesEmulator,
+) -> None:
+    """A triggerer restart: the triggers of pods that ended or run meanwhile come over some seconds, after
+    the shared watch listed the namespace. Each finds its pod's state in what the list brought; only a
+    pod the list did not have is looked up (one GET)."""
+    from airflow_gpu.testing.polling import wait_for
+
+    api = core(kubernetes_emulator)
+    names = [f"done-{i}" for i in range(12)]
+    for name in ["anchor", *names]:
+        seconds = "3600" if name == "anchor" else "0"
+        container = {
+            "name": "base",
+            "image": "simulated.local/shard",
+            "env": [{"name": "SIMULATED_SECONDS", "value": seconds}],
+        }
+        spec = {"restartPolicy": "Never", "containers": [container]}
+        api.create_namespaced_pod("default", {"metadata": {"name": name, "labels": {WATCH_LABEL: "l4"}}, "spec": spec})
+    wait_for(lambda: all(api.read_namespaced_pod(n, "default").status.phase == "Succeeded" for n in names), 30)
+    gets = kubernetes_emulator.api_requests("GET", "pods")
+
+    async def body() -> list[dict[str, Any]]:
+        anchor = asyncio.create_task(first_event(trigger(kubernetes_emulator, "anchor")))
+        await asyncio.sleep(0)
+        (watch,) = SharedPodWatch.in_this_loop()
+        await asyncio.wait_for(watch.synced.wait(), 30)
+        late = []
+        for name in [*names, "never-made"]:  # one by one, as a triggerer starts them
+            late.append(asyncio.create_task(first_event(trigger(kubernetes_emulator, name))))
+            await asyncio.sleep(0.05)
+        events = list(await asyncio.wait_for(asyncio.gather(*late), 60))
+        anchor.cancel()
+        return events
+
+    events = asyncio.run(body())
+    assert [(e["status"], e["name"]) for e in events[:-1]] == [("success", n) for n in names]
+    assert events[-1]["status"] != "success"
+    assert kubernetes_emulator.api_requests("GET", "pods") - gets == 1  # the pod the list did not have
+    assert kubernetes_emulator.api_requests("LIST", "pods") == 1

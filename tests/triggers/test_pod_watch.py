@@ -5,7 +5,10 @@ API faults a real API server produces: cut streams, 410 Expired, 403 on watch, 4
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import time
+import urllib.request
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -203,5 +206,125 @@ def test_a_group_hears_of_every_pod_with_its_label_made_before_or_after_it_was_h
 
     members, kept = run(body)
     assert set(members) == {"before", "after"} and members["before"].pod is not None  # gone, with its last state
-    assert kept == []  # released: nothing kept for a group nobody holds
+    # Released: the group's pods, gone or ended, are not kept; a running pod of the label stays known
+    # (a trigger that comes for it later needs no GET).
+    assert kept == ["stranger"]
+    assert kubernetes_emulator.api_requests("GET", "pods") == 0
+
+
+def simulated_pods(api: client.CoreV1Api, count: int) -> list[str]:
+    """``count`` pods with the watch label and no process each (``simulated.local`` images), settled; each
+    about 8 KB of JSON, as a real pod with its managed fields and a training container's environment is."""
+    from airflow_gpu.testing.polling import wait_for
+
+    names = [f"shard-{i:04d}" for i in range(count)]
+    env = [{"name": "SIMULATED_SECONDS", "value": "3600"}]
+    env += [{"name": f"TRAINING_SETTING_{i}", "value": f"value-{i}-" + "x" * 40} for i in range(60)]
+    container = {"name": "base", "image": "simulated.local/shard", "env": env}
+    annotations = {f"example.com/note-{i}": "y" * 40 for i in range(40)}
+    for name in names:
+        body = {"metadata": {"name": name, "labels": {WATCH_LABEL: "cpu"}, "annotations": annotations},
+                "spec": {"restartPolicy": "Never", "containers": [container]}}  # fmt: skip
+        api.create_namespaced_pod("default", body, _preload_content=False).drain_conn()
+
+    def running() -> bool:
+        listed = api.list_namespaced_pod("default", label_selector=WATCH_LABEL, _preload_content=False)
+        return all(p["status"].get("phase") == "Running" for p in json.loads(listed.data)["items"])
+
+    wait_for(running, timeout=120)
+    return names
+
+
+async def longest_stall(work: Callable[[], Awaitable[Any]]) -> float:
+    """The longest the event loop went without running a task that asks for a turn every millisecond."""
+    worst, done = 0.0, False
+
+    async def tick() -> None:
+        nonlocal worst
+        while not done:
+            before = time.perf_counter()
+            await asyncio.sleep(0.001)
+            worst = max(worst, time.perf_counter() - before)
+
+    ticker = asyncio.create_task(tick())
+    await asyncio.sleep(0.01)
+    try:
+        await work()
+    finally:
+        done = True
+        await ticker
+    return worst
+
+
+@pytest.mark.slow  # 2,000 pods in the scale emulator: about 10 s on two cores
+def test_a_list_of_thousands_of_pods_comes_in_pages_that_do_not_hold_the_loop(
+    kubernetes_scale_emulator: Callable[..., KubernetesEmulator], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_gpu.triggers import list_watch
+
+    emulator = kubernetes_scale_emulator(nodes=100)  # 30 CPU nodes, 110 pods each
+    names = simulated_pods(core(emulator), 2000)
+    link = connection(emulator)
+
+    async def listed(watch: SharedPodWatch) -> None:
+        async with link.client() as api:
+            await watch._list(api)
+        assert sorted(watch.states) == names  # every pod, kept (no GET for a trigger that comes later)
+
+    async def body() -> tuple[list[float], list[float], int, int]:
+        whole, paged, lists = [], [], []
+        await listed(SharedPodWatch(link, "default"))  # the client's first use (its configuration, imports)
+        for _ in range(3):  # alternately, so that a busy machine weighs on both alike
+            with monkeypatch.context() as old:  # the list before pages: one body, parsed in the loop
+                old.setattr(list_watch, "PAGE_SIZE", 10_000)
+                old.setattr(list_watch, "PARSE_IN_THREAD_BYTES", 1 << 40)
+                before = emulator.api_requests("LIST", "pods")
+                whole.append(await longest_stall(lambda: listed(SharedPodWatch(link, "default"))))
+                lists.append(emulator.api_requests("LIST", "pods") - before)
+            before = emulator.api_requests("LIST", "pods")
+            paged.append(await longest_stall(lambda: listed(SharedPodWatch(link, "default"))))
+            lists.append(emulator.api_requests("LIST", "pods") - before)
+        return whole, paged, lists[0], lists[1]
+
+    whole, paged, unpaged_lists, paged_lists = run(body)
+    assert (unpaged_lists, paged_lists) == (1, 4)  # 2,000 pods in pages of 500
+    # The longest stall of a paged list is a fraction of the one of the whole list, in the same process.
+    print(f"longest stalls: whole {whole}, paged {paged}")
+    assert sorted(paged)[1] < sorted(whole)[1] / 2, (whole, paged)
+
+
+def test_a_list_whose_snapshot_expires_between_pages_starts_again_and_misses_nothing(
+    kubernetes_emulator: KubernetesEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between two pages etcd compacts the first page's revision: the next page is ``410 Expired``, and
+    the list starts again from the first page (a consistent list), with the pod made meanwhile."""
+    from airflow_gpu.triggers import list_watch
+
+    sync_api = core(kubernetes_emulator)
+    for name in ("a", "b", "c", "d", "e"):
+        gpu_pod(sync_api, name, "sleep 600")
+    monkeypatch.setattr(list_watch, "PAGE_SIZE", 2)
+    request = list_watch.ListWatch._request
+    compacted: list[str] = []
+
+    async def compacting(self: list_watch.ListWatch, api: Any, selector: str | None = None, **params: Any) -> Any:
+        if params.get("_continue") and not compacted:  # a pod made, then the history compacted, before page 2
+            await asyncio.to_thread(gpu_pod, sync_api, "late", "sleep 600")
+            compacted.append(await asyncio.to_thread(kubernetes_emulator.compact_history))
+        return await request(self, api, selector, **params)
+
+    monkeypatch.setattr(list_watch.ListWatch, "_request", compacting)
+
+    async def body() -> list[str]:
+        watch = SharedPodWatch(connection(kubernetes_emulator), "default")
+        async with watch.connection.client() as client_api:
+            await watch._list(client_api)
+        return sorted(watch.states)
+
+    assert run(body) == ["a", "b", "c", "d", "e", "late"]
+    assert compacted
+    metrics = urllib.request.urlopen(f"{kubernetes_emulator.url}/metrics").read().decode()
+    assert 'apiserver_request_total{code="410",resource="pods",subresource="",verb="LIST"} 1' in metrics
+    # Page 1, the expired page 2, then pages of 2 of the six pods.
+    assert kubernetes_emulator.api_requests("LIST", "pods") == 2 + 3
     assert kubernetes_emulator.api_requests("GET", "pods") == 0

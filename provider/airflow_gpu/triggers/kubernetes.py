@@ -257,7 +257,7 @@ class GPUPodTrigger(KubernetesPodTrigger):
                 async for event in self._one_pod():
                     payload = dict(event.payload)
             finally:
-                self.watch.forget(self.pod_name)  # the shared watch keeps only pods someone waits on
+                self.watch.forget(self.pod_name)  # an ended pod is dropped from the shared watch
             if payload is None:
                 return
             final = payload if replacement is None else await self._carry_on(replacement, payload)

@@ -7,7 +7,8 @@ that ends is opened again from the last ``resourceVersion``; ``410 Expired`` lis
 object missing from the new list is recorded deleted); 429 and 5xx back off with jitter,
 honouring ``Retry-After``; 403 on WATCH falls back to a LIST every ``poll_interval``; errors that
 last reach the waiters (``error``). Objects the cache does not know are looked up once: a GET for
-one, a LIST for a group's.
+one, a LIST for a group's. A LIST comes in pages of ``PAGE_SIZE`` (``limit``/``continue``), so that
+10,000 pods are 20 short parses between which the loop runs its triggers, not one of tens of MB.
 """
 
 from __future__ import annotations
@@ -41,6 +42,20 @@ BACKOFF_FIRST, BACKOFF_MAX, JITTER = 0.5, 30.0, 0.5
 MAX_FAILURES = 6
 #: Seconds the loop lingers without waiters before it stops (a trigger that restarts reuses it).
 LINGER_SECONDS = 30.0
+#: Objects per LIST page: client-go's pager's default; a page of pods is a few MB at most.
+PAGE_SIZE = 500
+#: Lists started again after their snapshot expired between pages, before one unpaged list.
+PAGE_RESTARTS = 2
+#: Bytes above which a body is parsed in a thread, so that the loop's other tasks get turns meanwhile.
+PARSE_IN_THREAD_BYTES = 256 * 1024
+
+
+async def parse(raw: bytes) -> Any:
+    """JSON of a response body; a large one in a thread, where the loop's thread still gets turns (fewer
+    than one would hope: the C parser keeps the GIL for long stretches, hence the pages too)."""
+    if len(raw) > PARSE_IN_THREAD_BYTES:
+        return await asyncio.to_thread(json.loads, raw)
+    return json.loads(raw)
 
 
 class ListWatch:
@@ -59,7 +74,13 @@ class ListWatch:
     failures: int
     error: ApiStatusError | None
 
+    _continuing: bool = False  # a list is between its pages (a 410 then expired its snapshot)
+
     async def _record(self, name: str, pod: dict[str, Any] | None, deleted: bool = False) -> None:
+        raise NotImplementedError
+
+    def _listed(self, names: set[str]) -> None:
+        """A whole list was heard: these exist now (and nothing else)."""
         raise NotImplementedError
 
     def _wake(self, name: str | None = None, pod: dict[str, Any] | None = None) -> None:
@@ -151,17 +172,48 @@ class ListWatch:
         return await checked(response)
 
     async def _list(self, api: Any) -> None:
-        response = await self._request(api, _request_timeout=60)
-        body = json.loads(await response.read())
-        listed = {item["metadata"]["name"]: item for item in body.get("items") or []}
-        for name, pod in listed.items():
-            known = self.states.get(name)
-            if known is None or known.deleted or resource_version(known.pod) != resource_version(pod):
-                await self._record(name, pod)
+        """LIST in pages of ``PAGE_SIZE``, as client-go's pager does: no page holds the loop long.
+
+        The pages are one snapshot (the first page's ``resourceVersion``); if it is compacted between
+        pages (``410 Expired``) the list starts again, and after ``PAGE_RESTARTS`` of those is read in
+        one request, as client-go's ``FullListIfExpired``.
+        """
+        for attempt in range(PAGE_RESTARTS + 1):
+            try:
+                await self._list_pages(api, PAGE_SIZE if attempt < PAGE_RESTARTS else None)
+                return
+            except ApiStatusError as error:
+                if error.status != 410 or not self._continuing:
+                    raise
+                log.info(
+                    "The list of %s in %s expired between pages (%s); listing again",
+                    self.kind.plural, self.namespace, error.message,
+                )  # fmt: skip
+
+    async def _list_pages(self, api: Any, limit: int | None) -> None:
+        listed: set[str] = set()
+        token: str | None = None
+        self._continuing = False
+        while True:
+            paging: dict[str, Any] = {} if limit is None else {"limit": limit} | ({"_continue": token} if token else {})
+            response = await self._request(api, _request_timeout=60, **paging)
+            body = await parse(await response.read())
+            for pod in body.get("items") or []:
+                name = pod["metadata"]["name"]
+                listed.add(name)
+                known = self.states.get(name)
+                if known is None or known.deleted or resource_version(known.pod) != resource_version(pod):
+                    await self._record(name, pod)
+            metadata = body.get("metadata") or {}
+            token = metadata.get("continue") or None
+            if token is None:
+                break
+            self._continuing = True
         for name, state in list(self.states.items()):
             if name not in listed and not state.deleted:  # gone while we were not watching
                 await self._record(name, None, deleted=True)
-        self.resource_version = body.get("metadata", {}).get("resourceVersion")
+        self._listed(listed)
+        self.resource_version = metadata.get("resourceVersion")
         self._succeeded()
         self.synced.set()
         self._wake()  # waiters for pods the list did not have may look them up now
@@ -227,6 +279,6 @@ class ListWatch:
                 response = await self._request(
                     api, selector=f"{self.kind.selector},{label}={value}", _request_timeout=60
                 )
-                for pod in json.loads(await response.read()).get("items") or []:
+                for pod in (await parse(await response.read())).get("items") or []:
                     if pod["metadata"]["name"] not in self.states:
                         await self._record(pod["metadata"]["name"], pod)

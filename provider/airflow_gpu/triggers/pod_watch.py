@@ -6,7 +6,10 @@ triggerer's event loop busy building clients (apache/airflow#40018). Here every 
 cluster and namespace in a process registers the pod it waits for with one ``SharedPodWatch``,
 which does what an informer does: LIST the provider's pods (label ``airflow-gpu/accelerator``),
 WATCH from the list's ``resourceVersion`` with bookmarks, and hand each trigger every new state
-of its pod. One watch serves 10,000 pods with one long request.
+of its pod. One watch serves 10,000 pods with one long request. It keeps the last state of every
+pod it lists or hears of (slim, only the provider's, an ended one for ``ENDED_SECONDS``): after a
+triggerer restart, thousands of triggers come over some seconds, after the list, and each finds
+its pod there instead of sending a GET.
 
 The watch survives what a real API server does to it: a stream that ends (timeout, restart,
 proxy) is opened again from the last ``resourceVersion`` seen (bookmarks keep it recent);
@@ -26,14 +29,38 @@ again, back off) are ``list_watch``'s; here are the waiters and the states they 
 from __future__ import annotations
 
 import asyncio
+import time
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from airflow_gpu.triggers.cluster import ClusterConnection
-from airflow_gpu.triggers.kubernetes_api import PODS, ApiStatusError, Group, Kind, PodState, labels_of, sleep_on, slim
+from airflow_gpu.triggers.kubernetes_api import (
+    PODS,
+    ApiStatusError,
+    Group,
+    Kind,
+    PodState,
+    labels_of,
+    resource_version,
+    sleep_on,
+    slim,
+)
 from airflow_gpu.triggers.kubernetes_api import WATCH_LABEL as WATCH_LABEL  # where the tests and bench look
 from airflow_gpu.triggers.list_watch import ListWatch
+
+#: Seconds an ended pod (or Job) nobody waits on stays known: its trigger may come after a restart.
+ENDED_SECONDS = 600.0
+
+
+def ended(obj: dict[str, Any] | None) -> bool:
+    """A pod in a final phase, or a Job with a final condition: it changes no more until it goes."""
+    status = (obj or {}).get("status") or {}
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return True
+    return any(
+        c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in status.get("conditions") or ()
+    )
 
 
 @dataclass
@@ -58,6 +85,8 @@ class SharedPodWatch(ListWatch):
     failures: int = 0  # requests failed in a row; past MAX_FAILURES every waiter hears the last error
     _task: asyncio.Task[None] | None = None
     error: ApiStatusError | None = None  # the namespace cannot be listed at all (RBAC): waiters hear it
+    _ended: dict[str, float] = field(default_factory=dict)  # name -> when it ended or went (oldest first)
+    _expired: dict[str, str | None] = field(default_factory=dict)  # ended, dropped: name -> its resourceVersion
 
     #: Per event loop: ``airflow dags test`` runs each trigger in a loop of its own, and a watch's
     #: task and condition belong to the loop that made them.
@@ -123,9 +152,13 @@ class SharedPodWatch(ListWatch):
             del self.waiters[name]
 
     def forget(self, name: str) -> None:
-        """The trigger is done with the pod (it will not ask again): its state is dropped."""
-        if name not in self.waiters and not self._grouped((self.states.get(name) or PodState(None, 0)).pod):
-            self.states.pop(name, None)
+        """The trigger is done with the pod (it will not ask again): an ended or deleted pod's state is
+        dropped; one that still runs stays known, for a trigger that comes for it later."""
+        state = self.states.get(name)
+        if state is None or name in self.waiters or self._grouped(state.pod):
+            return
+        if state.deleted or ended(state.pod):
+            self._drop(name)
 
     # --- groups: the pods of a training Job, whose names the Job controller makes up -------
 
@@ -192,17 +225,52 @@ class SharedPodWatch(ListWatch):
             self._task = asyncio.get_running_loop().create_task(self._run(), name=name)
 
     async def _record(self, name: str, pod: dict[str, Any] | None, deleted: bool = False) -> None:
-        """A pod's new state, kept only while a trigger waits on it (or on its group), and only what
-        tells how it ended."""
+        """A pod's new state, only what tells how it ended; kept while it exists, so that a trigger that
+        comes after the list (a triggerer restart brings thousands over some seconds) needs no GET.
+
+        Bounded: only the objects the informer selects (its label), dropped once gone unless a trigger
+        waits on them, and an ended one ``ENDED_SECONDS`` after it ended (a relist does not bring it
+        back unchanged)."""
         previous = self.states.get(name)
         last = pod if pod is not None else (previous.pod if previous else None)
-        if name not in self.waiters and not (self.groups and self._grouped(last)):
-            self.states.pop(name, None)  # nobody waits: a trigger that comes later looks it up
-            return
+        held = name in self.waiters or bool(self.groups and self._grouped(last))
+        if deleted:
+            self._expired.pop(name, None)
+            if not held:
+                self._ended.pop(name, None)
+                self.states.pop(name, None)  # gone: a trigger that comes later hears it from its GET (404)
+                return
+        elif not held and pod is not None and self._expired.get(name) == resource_version(pod):
+            return  # ended long ago, dropped, and unchanged since
         kept = slim(pod) if pod is not None else last
         self._counter += 1
         self.states[name] = PodState(kept, self._counter, deleted)
+        self._expired.pop(name, None)
+        if name not in self._ended and (deleted or ended(kept)):
+            self._ended[name] = time.monotonic()
+        self._expire()
         self._wake(name, kept)
+
+    def _listed(self, names: set[str]) -> None:
+        self._expired = {name: version for name, version in self._expired.items() if name in names}
+
+    def _expire(self) -> None:
+        """Drop the objects that ended ``ENDED_SECONDS`` ago and that no trigger waits on."""
+        now = time.monotonic()
+        while self._ended:
+            name, since = next(iter(self._ended.items()))
+            if now - since < ENDED_SECONDS:
+                return
+            del self._ended[name]
+            state = self.states.get(name)
+            if state is not None and name not in self.waiters and not self._grouped(state.pod):
+                self._drop(name)  # else ``forget`` drops it when its trigger is done
+
+    def _drop(self, name: str) -> None:
+        state = self.states.pop(name, None)
+        self._ended.pop(name, None)
+        if state is not None and not state.deleted:  # it still exists: a relist brings it, unchanged
+            self._expired[name] = resource_version(state.pod)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()

@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from airflow_gpu.testing.kubernetes import config_data, pod_exec
+from airflow_gpu.testing.kubernetes import config_data, paging, pod_exec
 from airflow_gpu.testing.kubernetes import patch as patching
 from airflow_gpu.testing.kubernetes.api_faults import RESET, ApiCall, ApiFault
 from airflow_gpu.testing.kubernetes.cluster import NodeSpec
@@ -263,6 +263,16 @@ async def list_or_watch(request: web.Request) -> web.StreamResponse:
     matches = _matcher(request)
     if request.query.get("watch") in TRUE:
         return await _watch(request, state, resource, namespace, matches)
+    limit, token = _int(request, "limit") or 0, request.query.get("continue") or None
+    if limit > 0 or token is not None:  # a paged list (``paging``): the selector is None when there is none
+        if token is not None and request.query.get("resourceVersion") not in (None, "", "0"):
+            raise bad_request("specifying resource version is not allowed when using continue")
+        selected = bool(request.query.get("labelSelector") or request.query.get("fieldSelector"))
+        page = state.store.page(
+            resource.plural, namespace, matches if selected else None, limit if limit > 0 else 1 << 62, token
+        )
+        text = paging.list_body(f"{resource.kind}List", resource.api_version, page)
+        return web.Response(text=text, content_type="application/json")
     items = state.store.list(resource.plural, namespace, matches)
     return _json(
         {

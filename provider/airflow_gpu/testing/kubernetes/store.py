@@ -9,18 +9,30 @@ store while being told of a change.
 Objects are kept per kind, so listing pods never sorts the events. Each change is encoded to JSON
 once, when it happens: that text is the history entry and what every watch sends, the object as it
 was then. A deep copy per watch and per history entry costs several times as much, and with
-10,000 pods those copies would be most of the emulator's time.
+10,000 pods those copies would be most of the emulator's time. The latest text of each object is
+kept too: a paged LIST (``paging``) serves it, and hands it to the snapshots a change outdates.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_gpu.testing.kubernetes.objects import already_exists, new_uid, not_found, timestamp
+from airflow_gpu.testing.kubernetes.paging import (
+    LATEST,
+    MAX_SNAPSHOTS,
+    SNAPSHOT_SECONDS,
+    ExpiredContinue,
+    Page,
+    Snapshot,
+    decode_token,
+    page,
+)
 
 Obj = dict[str, Any]
 Key = tuple[str, str, str]  # plural, namespace ("" if cluster-scoped), name
@@ -74,6 +86,10 @@ class Watch:
 class Store:
     def __init__(self) -> None:
         self._objects: dict[str, dict[tuple[str, str], Obj]] = {plural: {} for plural in RESOURCES}
+        #: Each object's JSON text as of its last change (what a paged LIST sends).
+        self._encoded: dict[str, dict[tuple[str, str], str]] = {plural: {} for plural in RESOURCES}
+        #: Paged LISTs' snapshots by (plural, resourceVersion), oldest first.
+        self._snapshots: dict[tuple[str, int], Snapshot] = {}
         self._version = 0
         #: (rv, plural, type, namespace or None, the object as JSON then)
         self._history: list[tuple[int, str, str, str | None, str]] = []
@@ -95,6 +111,15 @@ class Store:
     def _notify(self, plural: str, event: str, obj: Obj) -> None:
         encoded = encode(obj)
         namespace = obj["metadata"].get("namespace")
+        key = (namespace or "", obj["metadata"]["name"])
+        texts = self._encoded[plural]
+        for snapshot in self._snapshots.values():  # copy-on-write: the object as the snapshot saw it
+            if snapshot.plural == plural and key not in snapshot.before:
+                snapshot.before[key] = texts.get(key)
+        if event == "DELETED":
+            texts.pop(key, None)
+        else:
+            texts[key] = encoded
         self._history.append((self._version, plural, event, namespace, encoded))
         if len(self._history) > 10_000:
             del self._history[:1_000]
@@ -121,6 +146,34 @@ class Store:
         objects = self._objects[plural]
         keys = sorted(objects) if namespace is None else sorted(key for key in objects if key[0] == namespace)
         return [objects[key] for key in keys if matches is None or matches(objects[key])]
+
+    def page(
+        self,
+        plural: str,
+        namespace: str | None,
+        matches: Callable[[Obj], bool] | None,
+        limit: int,
+        token: str | None,
+    ) -> Page:
+        """One page of a LIST with ``limit`` (and ``continue``): see ``paging``."""
+        now, version = time.monotonic(), self._version
+        for key, old in list(self._snapshots.items()):
+            if now - old.created > SNAPSHOT_SECONDS or old.version < self.oldest_version:
+                del self._snapshots[key]  # compacted
+        after: tuple[str, str] | None = None
+        if token is not None:
+            version, after = decode_token(token)
+            if version == LATEST:
+                version = self._version
+            elif version != self._version and (plural, version) not in self._snapshots:
+                raise ExpiredContinue(after)
+        snapshot = self._snapshots.get((plural, version))  # None: nothing changed since ``version``
+        result = page(self._objects[plural], self._encoded[plural], snapshot, version, namespace, after, limit, matches)
+        if result.next_key is not None and snapshot is None:  # the next page reads this version
+            self._snapshots[(plural, version)] = Snapshot(plural, version)
+            while len(self._snapshots) > MAX_SNAPSHOTS:
+                del self._snapshots[next(iter(self._snapshots))]
+        return result
 
     def create(self, plural: str, namespace: str, obj: Obj, keep_uid: bool = False) -> Obj:
         """Store a new object; ``keep_uid`` when the registry had to give it its uid before (a Job's
@@ -171,6 +224,7 @@ class Store:
     def compact(self) -> int:
         """Forget the history, as etcd compaction does: a watch from an older version gets 410 Gone."""
         self._history.clear()
+        self._snapshots.clear()
         return self._version
 
     def too_old(self, since: str | None) -> bool:
