@@ -5,6 +5,7 @@ fake ``nvidia-smi`` on PATH (``fake_nvidia_smi``); each test's docstring says wh
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -13,6 +14,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -156,6 +158,54 @@ def test_a_workload_under_a_shell_gets_the_sigterm_the_shell_would_not_pass_on(m
     _, out = terminated_when_ready(["sh", "-c", script], machine)
     assert out.startswith("child got SIGTERM\n")  # the workload, a grandchild, trapped it
     assert profile(out)["signals"] == ["SIGTERM"]
+
+
+def sampler_reader_thread(pid: int, smi: Path, timeout: float = 20.0) -> int:
+    """The id of the nvidia-smi sampler's reader thread in entrypoint process ``pid`` (Linux): once
+    its sampling ``nvidia-smi -lms`` child runs and the thread that started it has ended, the only
+    thread besides the main one."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        sampling = any(
+            p.name.isdigit() and str(smi) in cmdline(p) and "-lms=" in cmdline(p) for p in Path("/proc").iterdir()
+        )
+        with contextlib.suppress(OSError):
+            others = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir() if int(t.name) != pid]
+            if sampling and len(others) == 1:
+                return others[0]
+        time.sleep(0.02)  # the sampler starts after nvidia-smi answered its first queries
+    raise AssertionError(f"the entrypoint {pid} did not settle to its sampler's reader thread in {timeout} s")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread id as a kill(2) target is Linux's")
+def test_a_sigterm_the_kernel_hands_to_a_sampler_thread_still_reaches_the_workload(
+    machine: dict[str, str], tmp_path: Path
+) -> None:
+    """POSIX delivers a process-directed signal to any one thread that does not block it, and CPython
+    runs the handler in the main thread only, when that thread next runs Python code. The runtime's
+    SIGTERM that lands on the nvidia-smi sampler's reader thread must still reach the workload within
+    the grace period, not wait for the main thread's ``waitpid`` to return (it never would: the
+    workload is waiting for the signal), leaving SIGKILL to end it without its checkpoint.
+
+    ``kill(2)`` given the id of a thread that is not the main one sends the same process-directed
+    signal, delivered to that thread first (Linux ``complete_signal``): a thread the kernel may pick
+    for any ``kill`` of the process, picked here on purpose."""
+    fake_nvidia_smi.install(tmp_path / "smi", [fake_nvidia_smi.gpu(0)])
+    env = {**machine, "PATH": f"{tmp_path / 'smi'}{os.pathsep}{machine['PATH']}"}
+    process = subprocess.Popen(wrap([sys.executable, "-c", TRAP]), env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None and process.stdout.readline() == "ready\n"
+        os.kill(sampler_reader_thread(process.pid, tmp_path / "smi"), signal.SIGTERM)
+        out: str | None = process.communicate(timeout=10)[0]  # a Kubernetes grace period of 10 s
+    except subprocess.TimeoutExpired:
+        out = None
+    finally:
+        process.kill()
+        process.wait()
+    assert out is not None, "the workload never got the SIGTERM: SIGKILL would end it without its checkpoint"
+    assert process.returncode == 0 and out.startswith("child got SIGTERM\n")
+    got = profile(out)
+    assert got["signals"] == ["SIGTERM"] and got["source"] == "nvidia-smi"
 
 
 class Imds:

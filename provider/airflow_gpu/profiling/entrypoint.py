@@ -44,6 +44,9 @@ GROUP_GRACE_SECONDS = 10.0
 START_BUDGET_SECONDS = 10.0
 #: From the command's end to the profile printed: past this, exit with its code, without a profile.
 EXIT_BUDGET_SECONDS = 30.0
+#: How often the main thread looks in while the command runs, to run the handlers of signals that
+#: another thread took (``wait_for_child``): the longest a forwarded SIGTERM can be late.
+SIGNAL_CHECK_SECONDS = 0.05
 IMDS_ENDPOINT = "http://169.254.169.254"  # botocore's default for AWS_EC2_METADATA_SERVICE_ENDPOINT
 IMDS_POLL_SECONDS = 5.0  # AWS gives two minutes' notice; polling every 5 s is what it recommends
 IMDS_TIMEOUT_SECONDS = 1.0
@@ -267,6 +270,24 @@ class Forwarder:
                 self._child.send_signal(number)
 
 
+def wait_for_child(child: subprocess.Popen[bytes]) -> int:
+    """The command's return code, once it has ended; the signals the entrypoint gets meanwhile are
+    passed on within ``SIGNAL_CHECK_SECONDS``.
+
+    Not ``child.wait()``: the kernel delivers a process-directed signal (the runtime's SIGTERM) to
+    any one thread that does not block it, the samplers' threads included, and Python runs its
+    handler only in the main thread, the next time that thread runs Python code. A main thread
+    blocked in ``waitpid`` would not run it before the command ends, and the command (waiting for
+    that very SIGTERM to checkpoint) would not end before SIGKILL. A signal the main thread takes
+    itself interrupts the sleep here and is passed on at once.
+    """
+    while True:
+        code = child.poll()
+        if code is not None:
+            return code
+        time.sleep(SIGNAL_CHECK_SECONDS)
+
+
 def wait_for_group(group: int, timeout: float) -> bool:
     """Until no process of the command's group is left (True), or ``timeout`` (False).
 
@@ -439,7 +460,7 @@ def main(argv: Sequence[str] | None = None, *, interval: float | None = None) ->
 
         starter = threading.Thread(target=start, name="airflow-gpu-profiler-start", daemon=True)
         starter.start()
-        code = exit_code(child.wait())
+        code = exit_code(wait_for_child(child))
         ended = time.time()
         starter.join(START_BUDGET_SECONDS)
         with handover:
