@@ -13,6 +13,7 @@ one, a LIST for a group's. A LIST comes in pages of ``PAGE_SIZE`` (``limit``/``c
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import json
@@ -58,7 +59,7 @@ async def parse(raw: bytes) -> Any:
     return json.loads(raw)
 
 
-class ListWatch:
+class ListWatch(abc.ABC):
     """The informer's requests, for ``SharedPodWatch``, which holds the fields below and records what is heard."""
 
     connection: ClusterConnection
@@ -76,15 +77,17 @@ class ListWatch:
 
     _continuing: bool = False  # a list is between its pages (a 410 then expired its snapshot)
 
+    @abc.abstractmethod
     async def _record(self, name: str, pod: dict[str, Any] | None, deleted: bool = False) -> None:
-        raise NotImplementedError
+        """One object heard (or its deletion)."""
 
+    @abc.abstractmethod
     def _listed(self, names: set[str]) -> None:
         """A whole list was heard: these exist now (and nothing else)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _wake(self, name: str | None = None, pod: dict[str, Any] | None = None) -> None:
-        raise NotImplementedError
+        """Wake the triggers waiting on ``name`` (all of them without one)."""
 
     async def _serve(self, loop: asyncio.AbstractEventLoop) -> None:
         delay = BACKOFF_FIRST
