@@ -11,7 +11,10 @@ rides in the job's tags, so a retry after a worker crash takes over that job, ru
 instead of submitting another (apache/airflow#72413). Results and logs come from the job's own
 ``awslogs-group``, waiting out CloudWatch's ingestion lag. ``deferrable=True`` waits in
 ``GPUBatchJobTrigger`` (one DescribeJobs per 100 jobs for the whole triggerer), which carries the
-spot run on: the deferral and the resume are ``batch_deferral.BatchDeferral``'s.
+spot run on: the deferral and the resume are ``batch_deferral.BatchDeferral``'s. What is submitted
+(the job definition, SubmitJob's arguments for a placement, the queue check) is
+``batch_submission.BatchSubmission``'s: the deferral's plan is built from the same arguments, so
+they live apart from both the wait here and the deferral.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 try:
     from airflow.providers.amazon.aws.operators.batch import BatchOperator
-    from airflow.providers.amazon.aws.utils import trim_none_values
 except ImportError as error:  # pragma: no cover - depends on the installed extras
     raise ImportError(
         "GPUBatchOperator needs the amazon provider: pip install 'airflow-provider-gpu[amazon]'"
@@ -31,43 +33,32 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_gpu.accelerators import batch_job
 from airflow_gpu.accelerators.batch import BatchPlacement, to_batch
-from airflow_gpu.accelerators.batch_queues import QueueOffer, check_offers, check_queues, offered_placement
+from airflow_gpu.accelerators.batch_queues import QueueOffer, check_queues
 from airflow_gpu.accelerators.quantities import CpuAmount, MemoryAmount
 from airflow_gpu.accelerators.shared_memory import SharedMemory
 from airflow_gpu.accelerators.spec import Accelerator, parse_candidates
 from airflow_gpu.hooks.batch import GPUBatchHook
 from airflow_gpu.images.selection import resolve_image
 from airflow_gpu.links.profile import GPUProfileLink
-from airflow_gpu.operators.batch_deferral import JOB_ID_XCOM_KEY, RESUBMIT, STATE_KEY, BatchDeferral, first_job_name
-from airflow_gpu.operators.gpu_profile import (
-    ENV_SPOT_NOTICE,
-    check_interval,
-    profiled_by_default,
-    profiler_environment,
-    publish_profile,
-)
+from airflow_gpu.operators.batch_deferral import JOB_ID_XCOM_KEY, RESUBMIT, STATE_KEY, BatchDeferral
+from airflow_gpu.operators.batch_submission import BatchSubmission
+from airflow_gpu.operators.gpu_profile import check_interval, profiled_by_default, publish_profile
 from airflow_gpu.operators.spot_task import bad_result, fail, publish, save_run, saved_run
-from airflow_gpu.profiling import bundle
 from airflow_gpu.spot import batch as spot_batch
 from airflow_gpu.spot.batch import FINAL, CapacityClock
-from airflow_gpu.spot.policy import Placement, SpotPolicy
+from airflow_gpu.spot.policy import SpotPolicy
 from airflow_gpu.spot.run import SpotRun
-from airflow_gpu.triggers.batch_resubmission import oldest_of_try, submission_name
 from airflow_gpu.triggers.interruption_log import log_interruptions
-from airflow_gpu.utils.batch_links import earlier_job, persist_job_links, persist_log_link
+from airflow_gpu.utils.batch_links import earlier_job, persist_log_link
 from airflow_gpu.utils.batch_logs import AttemptLogs
 from airflow_gpu.utils.results import WorkloadOutput
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-#: Where the profiler writes the spot notice it reads from the instance metadata service.
-SPOT_NOTICE_FILE = "/tmp/airflow-gpu/spot-notice"
 
-
-class GPUBatchOperator(BatchDeferral, BatchOperator):
+class GPUBatchOperator(BatchSubmission, BatchDeferral, BatchOperator):
     """Run a container on AWS Batch GPUs described by one accelerator spec.
 
     :param accelerator: ``"A10G:4"``, an ``Accelerator``, or candidates in preference order.
@@ -168,117 +159,6 @@ class GPUBatchOperator(BatchDeferral, BatchOperator):
     @property
     def accelerator(self) -> Accelerator:
         return self.candidates[self.spot_run.placement.candidate]
-
-    def _queue_for(self, placement: Placement) -> str:
-        return self.queues[placement.capacity or "spot"] if self.queues else str(self.job_queue)
-
-    # --- the submission: built from the rendered arguments and the placement ---------------
-
-    def _definition(self, context: Context) -> str:
-        """The job definition ARN for the current candidate: the user's, or ours registered once."""
-        if self.user_job_definition:
-            return str(self.job_definition)  # rendered: job_definition is a template field
-        i = self.spot_run.placement.candidate
-        if i in self._definitions:
-            return self._definitions[i]
-        retry = spot_batch.retry_strategy(self.spot)
-        profiler = bundle.environment() if self.gpu_profile else None  # too big for the overrides
-        definition = self._job_definition(
-            batch_job.job_definition(self.images[i], self.placements[i], retry, str(self.candidates[i]), profiler)
-        )
-        name = batch_job.batch_name(context["ti"].dag_id, self.task_id, self.candidates[i].type)
-        self._definitions[i] = self.gpu_hook.register_job_definition_once(name, definition)
-        return self._definitions[i]
-
-    def _job_definition(self, definition: dict[str, Any]) -> dict[str, Any]:
-        """RegisterJobDefinition's arguments as registered (a multi-node job reshapes them)."""
-        return definition
-
-    def submit_job(self, context: Context) -> None:
-        """SubmitJob for the run's placement; the operator's own fields stay as the user rendered them."""
-        placement = offered_placement(
-            self.spot_run.placement, self.candidates, self.queues, str(self.job_queue), self._offers
-        )
-        if placement != self.spot_run.placement:
-            self.log.warning("%s is not offered by its queue; using %s", self.accelerator, placement)
-            self.spot_run.move_to(placement)
-        args = self.submission_arguments(context, placement)
-        if adopted := self._submitted_already(args):  # SubmitJob has no idempotency token
-            self.log.info("Following job %s (%s), submitted for this try already", adopted, args["jobName"])
-            self.job_id = adopted
-        else:
-            self.log.info("Submitting %s on %s to queue %s", args["jobName"], self.accelerator, args["jobQueue"])
-            try:
-                self.job_id = self.gpu_hook.api.submit_job(**args)["jobId"]
-            except Exception as error:
-                raise AirflowException(f"AWS Batch refused the job: {error}") from error
-        self.spot_run.submitted(str(self.job_id))
-        save_run(context, STATE_KEY, self.spot_run)  # before anything else can fail
-        context["ti"].xcom_push(key=JOB_ID_XCOM_KEY, value=self.job_id)
-        job = self.gpu_hook.describe_job(str(self.job_id), self.poll_interval)
-        persist_job_links(context, self, self.gpu_hook, job)
-
-    def _submitted_already(self, args: Mapping[str, Any]) -> str | None:
-        """A resubmission's job this task try has already (a trigger's submit that failed on the way
-        back, or that botocore retried): found by its name and identity tags, never submitted twice."""
-        if self.spot_run.submissions == 0:
-            return None
-        identity = {k: v for k, v in args["tags"].items() if k.startswith("airflow-gpu/")}
-        kept = oldest_of_try(self.gpu_hook.jobs_named(args["jobQueue"], args["jobName"]), identity)
-        return str(kept["jobId"]) if kept else None
-
-    def submission_arguments(self, context: Context, placement: Placement) -> dict[str, Any]:
-        """SubmitJob's arguments for ``placement`` (the run's current one: the job definition is its
-        candidate's); a deferred task's trigger submits the next jobs from them."""
-        args = {
-            **{name: getattr(self, attribute) for name, attribute in batch_job.PASSED_THROUGH.items()},
-            "jobName": submission_name(first_job_name(self, context), self.spot_run.submissions),
-            "jobQueue": self._queue_for(placement),
-            "jobDefinition": self._definition(context),
-            "tags": {**(self.tags or {}), **batch_job.identity_tags(context["ti"])},
-            "timeout": {"attemptDurationSeconds": self.submit_job_timeout} if self.submit_job_timeout else None,
-            **self._submission_overrides(placement),
-        }
-        return dict(trim_none_values(args))
-
-    def _submission_overrides(self, placement: Placement) -> dict[str, Any]:
-        """SubmitJob's overrides: the container's (a multi-node job has its nodes' instead)."""
-        overrides = self._overrides(placement)
-        if refusal := batch_job.overrides_too_long(overrides):
-            raise AirflowFailException(refusal)
-        return {"containerOverrides": overrides}
-
-    def _overrides(self, placement: Placement) -> dict[str, Any]:
-        """The container overrides; with ``gpu_profile`` the command runs under the profiler."""
-        overrides, command = dict(self.container_overrides or {}), self.command
-        run_environment = self.spot_run.environment()
-        given = overrides.get("command") or command
-        if self.gpu_profile and not given:
-            self.log.warning("gpu_profile needs `command`: the job definition's own cannot be wrapped; not profiling")
-        elif self.gpu_profile and self.user_job_definition:
-            self.log.warning(
-                "gpu_profile needs the job definition this operator registers: the profiler's code travels in "
-                "its environment (ECS takes no more than 8,192 characters of overrides); not profiling"
-            )
-        elif self.gpu_profile and given:
-            command = bundle.wrap_short(given)
-            overrides.pop("command", None)
-            run_environment |= profiler_environment(self.profile_interval, placement.capacity)
-            run_environment[ENV_SPOT_NOTICE] = SPOT_NOTICE_FILE
-        return batch_job.container_overrides(
-            overrides,
-            self.environment,
-            run_environment,
-            self.placements[placement.candidate],
-            command,
-            on_user_definition=bool(self.user_job_definition),
-        )
-
-    @property
-    def _wrapped(self) -> bool:
-        """Whether this task's jobs run under the profiler (see ``_overrides``)."""
-        given = (self.container_overrides or {}).get("command") or self.command
-        return bool(self.gpu_profile and given and not self.user_job_definition)
 
     def _earlier_job(self, context: Context) -> dict[str, Any] | None:
         saved = saved_run(context, STATE_KEY, open_only=True)
@@ -402,21 +282,6 @@ class GPUBatchOperator(BatchDeferral, BatchOperator):
             context, output if unread is None else None, run=self.spot_run, accelerator=self.accelerator,
             workload=job["jobId"], instance_type=None, log=self.log, unread=unread,
         )  # fmt: skip
-
-    def _check_queue_offers(self) -> None:
-        """Skip candidates no queue can launch, and fail at once if none can: never RUNNABLE forever."""
-        queues = sorted(set(self.queues.values()) or {str(self.job_queue)})
-        try:
-            offers = [self.gpu_hook.queue_offers(q) for q in queues]
-        except Exception as error:  # a queue we may not describe is not a reason to refuse the job
-            self.log.warning("Could not read the queues' instance types (%s); submitting as asked", error)
-            return
-        self._offers = {o.name: o for o in offers}
-        refusal, warnings = check_offers(offers, self.candidates)
-        for warning in warnings:
-            self.log.warning(warning)
-        if refusal:
-            raise AirflowFailException(refusal)
 
     def on_kill(self, reason: str = spot_batch.KILLED[0]) -> None:
         """Mark Failed, or ``execution_timeout``: the job must not run on, billed. Terminated first; its

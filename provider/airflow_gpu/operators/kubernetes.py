@@ -12,7 +12,8 @@ SIGTERM with the policy's grace period. The run's state rides through each defer
 pod (annotation ``airflow-gpu/state``). A retry reattaches only to a pod with this task try's
 identity (dag, task, run, map index, an earlier or equal try, the recorded uid): a name is a slot,
 not an identity (apache/airflow#71743). Everything else is KPO's: pod launching, log streaming,
-cleanup, ``on_kill``.
+cleanup, ``on_kill``. A deferred task's trips through the triggerer (the deferral to
+``GPUPodTrigger``, the pods it created, a deferral that timed out) are ``kubernetes_resume.PodDeferral``'s.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 try:
     from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import add_unique_suffix
     from airflow.providers.cncf.kubernetes.operators.pod import POD_IDENTIFIER_STATE_KEY, KubernetesPodOperator
-    from airflow.providers.cncf.kubernetes.triggers.pod import KubernetesPodTrigger
     from airflow.providers.cncf.kubernetes.utils.pod_manager import PodNotFoundException
     from kubernetes.client import models as k8s
     from kubernetes.client.exceptions import ApiException
@@ -35,7 +35,7 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
         "GPUKubernetesOperator needs the cncf-kubernetes provider: pip install 'airflow-provider-gpu[kubernetes]'"
     ) from error
 
-from airflow.sdk.exceptions import AirflowException, AirflowSkipException, TaskDeferralTimeout
+from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from airflow_gpu.accelerators.errors import AcceleratorSpecError
 from airflow_gpu.accelerators.kubernetes import CAPACITIES, LabelScheme, MigStrategy
@@ -45,29 +45,26 @@ from airflow_gpu.accelerators.spec import Accelerator, parse_candidates
 from airflow_gpu.images.selection import resolve_image
 from airflow_gpu.links.profile import GPUProfileLink
 from airflow_gpu.operators.gpu_profile import check_interval, profiled_by_default, publish_profile
-from airflow_gpu.operators.kubernetes_deferral import replacement_plan
 from airflow_gpu.operators.kubernetes_pod import STATE_ANNOTATION, dress, placement
 from airflow_gpu.operators.kubernetes_reads import ClusterReads
+from airflow_gpu.operators.kubernetes_resume import PodDeferral
 from airflow_gpu.operators.spot_task import bad_result, fail, publish
 from airflow_gpu.spot.classifier import Classification, Outcome, classify_deleted_pod, classify_pod
 from airflow_gpu.spot.policy import Capacity, SpotPolicy
 from airflow_gpu.spot.run import SpotRun
 from airflow_gpu.triggers.interruption_log import log_interruptions
-from airflow_gpu.triggers.kubernetes import LAST_SEEN_KEY, NEXT_KEY, STATE_KEY, GPUPodTrigger
+from airflow_gpu.triggers.kubernetes import LAST_SEEN_KEY, NEXT_KEY, STATE_KEY
 from airflow_gpu.utils.kubernetes import to_dict
 from airflow_gpu.utils.pod_identity import identity_mismatch
 from airflow_gpu.utils.results import ResultError, WorkloadOutput
 
 if TYPE_CHECKING:
-    from datetime import timedelta
-
     from airflow.sdk import Context
-    from airflow.triggers.base import BaseTrigger
 
 UNREAD = "the pod was gone before its log could be read"
 
 
-class GPUKubernetesOperator(KubernetesPodOperator):
+class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
     """Run a container on Kubernetes GPUs described by one accelerator spec.
 
     :param accelerator: ``"H100:8"``, an ``Accelerator``, or candidates in preference order
@@ -275,31 +272,6 @@ class GPUKubernetesOperator(KubernetesPodOperator):
                 continue
             return self._succeed(context, result)
 
-    def defer(
-        self,
-        *,
-        trigger: BaseTrigger,
-        method_name: str,
-        kwargs: dict[str, Any] | None = None,
-        timeout: timedelta | int | float | None = None,
-    ) -> Any:
-        """KPO's deferral, on the shared-watch trigger, carrying the run's state to the task process that resumes."""
-        if method_name == "trigger_reentry":
-            kwargs = {**(kwargs or {}), "gpu_state": self.spot_run.to_json()}
-        if isinstance(trigger, KubernetesPodTrigger) and not isinstance(trigger, GPUPodTrigger):
-            context, pod = self._defer_context, self.pod
-            plan = replacement_plan(self, context, pod.metadata.name) if context and pod else None
-            trigger = GPUPodTrigger.from_official(trigger, gpu_spot=plan)  # one watch per namespace; spot run there
-        super().defer(trigger=trigger, method_name=method_name, kwargs=kwargs, timeout=timeout)
-
-    def invoke_defer_method(self, last_log_time: Any = None, context: Context | None = None) -> None:
-        """KPO's; the context is kept for ``defer``, which builds the pods the trigger may create."""
-        self._defer_context = context
-        try:
-            super().invoke_defer_method(last_log_time=last_log_time, context=context)
-        finally:
-            self._defer_context = None
-
     def trigger_reentry(self, context: Context, event: dict[str, Any], gpu_state: dict[str, Any] | None = None) -> Any:
         """KPO's re-entry from the trigger, with the same classify-and-resubmit as ``execute_sync``."""
         gpu_state = event.get(STATE_KEY) or gpu_state  # the trigger's, when it carried the run on
@@ -336,50 +308,6 @@ class GPUKubernetesOperator(KubernetesPodOperator):
             self.execute_async(context)
             return None
         return self._succeed(context, result)
-
-    def _create_next(self, context: Context, event: dict[str, Any]) -> None:
-        """Create here the pod the trigger could not (a quota, a name held by another pod), and defer again.
-
-        The run's state in the event has the interruption recorded and the placement moved on; the ended pod
-        is marked checked so that KPO's reattach does not take it for the pod to follow.
-        """
-        self.log.warning("The triggerer replaced pod %s but could not create the next one: %s", event["name"],
-                         event.get("message"))  # fmt: skip
-        with contextlib.suppress(ApiException):
-            ended = self.client.read_namespaced_pod(event["name"], event["namespace"])
-            self.patch_already_checked(ended, reraise=False)
-        publish(context, self.spot_run, None)
-        self.pod = self.pod_request_obj = self.remote_pod = None
-        self.log.info("Submitting a new pod on %s (%s capacity)", self.accelerator, self.spot_run.capacity)
-        self.execute_async(context)
-
-    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
-        """Airflow's resume; a deferral that timed out (``execution_timeout``: the trigger was cancelled, no
-        ``on_kill``) deletes this try's pods first, the ones the trigger created included."""
-        try:
-            return super().resume_execution(next_method, next_kwargs, context)
-        except TaskDeferralTimeout:
-            try:
-                self._delete_this_try(context)
-            except Exception:  # the timeout is the task's error; a cleanup that failed is only logged
-                self.log.exception("Could not delete this try's pods after the deferral timed out")
-            raise
-
-    def _delete_this_try(self, context: Context) -> None:
-        labels = self._get_ti_pod_labels(context)
-        selector = ",".join(f"{k}={v}" for k, v in labels.items() if k != "kubernetes_pod_operator")
-        namespace = self.namespace or self.hook.get_namespace() or "default"
-        try:
-            pods = self.client.list_namespaced_pod(namespace, label_selector=selector).items
-        except ApiException as error:
-            self.log.warning("Could not list this try's pods to delete them (%s %s)", error.status, error.reason)
-            return
-        for pod in pods:
-            self.log.warning("Deleting pod %s/%s: the task's deferral timed out", namespace, pod.metadata.name)
-            with contextlib.suppress(ApiException):
-                self.client.delete_namespaced_pod(
-                    pod.metadata.name, namespace, grace_period_seconds=self.termination_grace_period
-                )
 
     def _clean(self, event: dict[str, Any], result: dict[Any, Any] | None, context: Context) -> None:
         """KPO drops a pod it finds gone (404) while waiting for it; the last read is kept to classify."""

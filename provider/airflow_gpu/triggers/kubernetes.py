@@ -14,6 +14,10 @@ fetch of ``logging_interval``; ``on_kill`` deleting the pod on Mark Failed (Airf
 older ``cleanup`` path. Every event but ``success`` carries the pod's last state the watch saw
 (``gpu_last_seen``): a pod deleted by the time the task resumes is still classified from it, so a
 reclaim is told from a person's delete.
+
+With ``gpu_spot`` the trigger also carries the spot run on after an interrupted pod: that step (the
+next pod's create, the ended pod's log and delete, where a restarted trigger stands) is
+``pod_carry_on.PodCarryOn``'s, a mixin kept apart so that this module stays the wait for one pod.
 """
 
 from __future__ import annotations
@@ -32,31 +36,26 @@ from airflow.providers.cncf.kubernetes.utils.pod_manager import (
 )
 from airflow.triggers.base import TriggerEvent
 
-from airflow_gpu.spot.classifier import Outcome
 from airflow_gpu.triggers import cluster, kill_guard
 from airflow_gpu.triggers.cluster import ClusterConnection
-from airflow_gpu.triggers.interruption_log import log_interruptions
 from airflow_gpu.triggers.kubernetes_api import PodState
-from airflow_gpu.triggers.pod_replacement import PodReplacement, placement_mismatch, saved_state, task_try_selector
+from airflow_gpu.triggers.pod_carry_on import LAST_SEEN_KEY as LAST_SEEN_KEY
+from airflow_gpu.triggers.pod_carry_on import LOG_TAIL_LINES as LOG_TAIL_LINES
+from airflow_gpu.triggers.pod_carry_on import NEXT_KEY as NEXT_KEY
+from airflow_gpu.triggers.pod_carry_on import STATE_KEY as STATE_KEY
+from airflow_gpu.triggers.pod_carry_on import PodCarryOn
+from airflow_gpu.triggers.pod_replacement import PodReplacement, task_try_selector
 from airflow_gpu.triggers.pod_watch import SharedPodWatch
 from airflow_gpu.triggers.resume_dwell import dwell
-
-#: Event key carrying the pod as last seen (every event but ``success``).
-LAST_SEEN_KEY = "gpu_last_seen"
-#: The last lines of an interrupted pod's log that the trigger writes into the task's log.
-LOG_TAIL_LINES = 10_000
-#: Event key carrying the spot run's state to the worker, when the trigger carried the run on.
-STATE_KEY = "gpu_state"
-#: Event key set when the trigger decided to resubmit but could not create the next pod: the worker does.
-NEXT_KEY = "gpu_next_pod"
 
 
 class PodGone(Exception):
     """The pod was deleted while the trigger waited for it (where the official trigger gets a 404)."""
 
 
-class GPUPodTrigger(KubernetesPodTrigger):
-    """The official pod trigger, fed by a shared list+watch instead of a GET per pod per poll."""
+class GPUPodTrigger(PodCarryOn, KubernetesPodTrigger):
+    """The official pod trigger, fed by a shared list+watch instead of a GET per pod per poll; with
+    ``gpu_spot``, the replacement step of ``PodCarryOn`` after each interrupted pod."""
 
     def __init__(self, *args: Any, gpu_spot: dict[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -271,95 +270,6 @@ class GPUPodTrigger(KubernetesPodTrigger):
         start = self.trigger_start_time
         return start.timestamp() if start is not None else None
 
-    def _past_deadline(self) -> bool:
-        """Whether the task's ``execution_timeout`` has passed (KPO's ``_execution_deadline``)."""
-        deadline = self.trigger_kwargs.get("_execution_deadline")
-        return deadline is not None and time.time() >= float(deadline)
-
-    async def _resume_point(self, replacement: PodReplacement) -> None:
-        """Where the run is: the first pod, or, when this trigger ran before (a triggerer restart, a twin:
-        apache/airflow#37180), the latest pod it created, with the run's state as recorded on that pod.
-
-        A restarted trigger starts from its first arguments, but the pods it replaced may be gone (deleted
-        as ``on_finish_action`` says, or as an unschedulable pod is): replaying their ends would read as
-        deletions. One LIST of this try's pods finds where it was.
-        """
-        selector = replacement.selector()
-        if not selector:
-            return
-        try:
-            found = await cluster.list_objects(self.watch.connection, "pods", self.pod_namespace, selector)
-        except Exception as error:  # the first pod's wait reports what the cluster says
-            self.log.warning("Could not list this task try's pods (%s: %s)", type(error).__name__, error)
-            return
-        ranked = [(int((saved_state(p) or {}).get("submissions") or 0), p) for p in found]
-        if not ranked:
-            return
-        submissions, latest = max(ranked, key=lambda item: item[0])
-        state = saved_state(latest)
-        if state is None or submissions <= replacement.run.submissions:
-            return
-        if ignored := replacement.run.restore(state):
-            self.log.warning("The state on pod %s is not usable (%s); going on from the first pod", latest, ignored)
-            return
-        self.pod_name = latest["metadata"]["name"]
-        self.log.info("Going on with pod %s (submission %d), made by this trigger before", self.pod_name,
-                      submissions + 1)  # fmt: skip
-
-    async def _carry_on(self, replacement: PodReplacement, payload: dict[str, Any]) -> dict[str, Any] | None:
-        """The event for the worker, or None when the pod's end was an interruption the policy rides out
-        here and the next pod exists.
-
-        Nothing is replaced past the task's ``execution_timeout``, nor on a timeout other than a pod that
-        got no capacity in time. An error on the way (a quota that refuses the create, a pod of the next
-        name that is not this try's) goes to the worker with the run's state, which goes on from there.
-        """
-        ended = replacement.run.to_json()  # what the worker decides from, if it is the last pod
-        final = {**payload, STATE_KEY: ended}
-        if payload.get("status") in ("success", "error") or self._past_deadline():
-            return final
-        last = payload.get(LAST_SEEN_KEY) or self._last_seen
-        deleted = self._gone is not None
-        node = ((last or {}).get("spec") or {}).get("nodeName")
-        result = replacement.classify(last, deleted, await self._node_stays(node) if deleted else None)
-        if not replacement.replaceable(result):
-            return final
-        if payload.get("status") == "timeout" and result.outcome is not Outcome.UNSCHEDULABLE:
-            return final  # a startup that took too long: the worker's to judge, as KPO does
-        decision = replacement.decide(self.pod_name, result, node, last)
-        if decision.action != "resubmit":
-            replacement.run.restore(ended)  # the worker records it and fails, as for any last pod
-            return final
-        ended_pod = self.pod_name
-        await self._write_log(ended_pod)
-        log_interruptions(self.log, replacement.run, decision, ended_pod)
-        try:
-            if replacement.delete_ended or result.outcome is Outcome.UNSCHEDULABLE:
-                await self._delete(ended_pod)
-        except Exception as error:  # the pod is there still: the worker judges it, as any last pod
-            self.log.warning("Could not delete pod %s (%s: %s)", ended_pod, type(error).__name__, error)
-            replacement.run.restore(ended)
-            return final
-        name = replacement.next_name()
-        try:
-            adopted = await self._create(replacement, name)
-        except Exception as error:
-            self.log.warning("Could not create pod %s (%s: %s); the worker goes on", name, type(error).__name__, error)
-            return {
-                "status": "error", "namespace": self.pod_namespace, "name": ended_pod,
-                "message": f"the triggerer could not create pod {name}: {type(error).__name__}: {error}",
-                "last_log_time": self.last_log_time, LAST_SEEN_KEY: last, STATE_KEY: replacement.run.to_json(),
-                NEXT_KEY: True, **self.trigger_kwargs,
-            }  # fmt: skip
-        finally:
-            self._creating = None
-        self.log.info(
-            "%s pod %s on %s (%s capacity) in place of %s", "Adopted" if adopted else "Created", name,
-            replacement.run.accelerator, replacement.run.capacity, ended_pod,
-        )  # fmt: skip
-        self.pod_name, self._gone, self._last_seen, self._fired_event = name, None, None, False
-        return None
-
     async def _one_pod(self) -> Any:
         """The official run for the current pod; every event but ``success`` carries its last state."""
         async for event in super().run():
@@ -383,51 +293,6 @@ class GPUPodTrigger(KubernetesPodTrigger):
                 **self.trigger_kwargs,
             }
         )
-
-    # --- the API calls of a replacement ---------------------------------------------------
-
-    async def _node_stays(self, node: str | None) -> bool | None:
-        """Whether the pod's node is there to stay (``classify_deleted_pod``); None if it cannot be told."""
-        return await cluster.node_stays(self.watch.connection, node)
-
-    async def _write_log(self, name: str) -> None:
-        """The ended pod's output into the task's trigger log, as the worker writes the last pod's:
-        what an interrupted attempt printed (its last checkpoint) is not lost with the pod."""
-        if not self.get_logs:
-            return
-        try:
-            text = await cluster.pod_log_tail(
-                self.watch.connection, self.pod_namespace, name, self.base_container_name, LOG_TAIL_LINES
-            )
-        except Exception as error:  # the run goes on without it
-            self.log.info("The log of pod %s could not be read (%s: %s)", name, type(error).__name__, error)
-            return
-        for line in text.splitlines():
-            if line.strip() and not line.startswith("::airflow-gpu-"):  # result, profile: from the last pod
-                self.log.info("[%s] %s", self.base_container_name, line)
-
-    async def _delete(self, name: str) -> None:
-        await cluster.delete(self.watch.connection, "pods", self.pod_namespace, name, grace_period_seconds=0)
-
-    async def _create(self, replacement: PodReplacement, name: str) -> bool:
-        """Create the pod; True when it existed already as this task try's (adopted). A pod of that name
-        that belongs to anything else is an error: it is never taken over. An adopted pod that runs
-        another placement (a twin trigger decided otherwise) brings its run state, or is refused."""
-        manifest = replacement.manifest(name)
-        self._creating = name  # for ``on_kill``: a create in flight when the task is marked failed
-        adopted = await cluster.create_or_adopt(self.watch.connection, "pods", self.pod_namespace, manifest)
-        if not adopted:
-            return False
-        existing = await cluster.read(self.watch.connection, "pods", self.pod_namespace, name)
-        mismatch = placement_mismatch(existing or {}, manifest)
-        if existing is None or mismatch is None:
-            return True
-        state = saved_state(existing)
-        if state is None or replacement.run.restore(state):
-            raise cluster.NotThisTaskTry(f"pod {name} of this task try runs another placement: {mismatch}")
-        self.log.info("Pod %s was made by a twin of this trigger on %s; its run state is taken over", name,
-                      replacement.run.accelerator)  # fmt: skip
-        return True
 
 
 def _phase(pod: dict[str, Any]) -> Any:

@@ -1,0 +1,181 @@
+"""The SubmitJob of a ``GPUBatchOperator``: its job definition, its arguments for a placement, the queue check.
+
+``GPUBatchOperator`` translates an accelerator spec and waits; building what AWS Batch is asked to
+run is this mixin's (``BatchSubmission``): the job definition registered once per content, the
+SubmitJob arguments for the run's placement (the user's rendered arguments, the queue, the
+identity tags, the container overrides with the profiler), the submit itself (never twice for the
+same name and try: SubmitJob has no idempotency token), and the check that some queue launches
+each candidate. The same ``submission_arguments`` build the plan a deferred task hands its trigger
+(``batch_deferral.resubmission_plan``), so the triggerer submits exactly what the worker would.
+A multi-node job (``accelerate_batch``) overrides ``_job_definition``, ``_submission_overrides``
+and ``_check_queue_offers``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+from airflow.providers.amazon.aws.utils import trim_none_values
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from airflow_gpu.accelerators import batch_job
+from airflow_gpu.accelerators.batch_queues import check_offers, offered_placement
+from airflow_gpu.operators.batch_deferral import JOB_ID_XCOM_KEY, STATE_KEY, first_job_name
+from airflow_gpu.operators.gpu_profile import ENV_SPOT_NOTICE, profiler_environment
+from airflow_gpu.operators.spot_task import save_run
+from airflow_gpu.profiling import bundle
+from airflow_gpu.spot import batch as spot_batch
+from airflow_gpu.spot.policy import Placement
+from airflow_gpu.triggers.batch_resubmission import oldest_of_try, submission_name
+from airflow_gpu.utils.batch_links import persist_job_links
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_gpu.operators.batch import GPUBatchOperator
+
+#: Where the profiler writes the spot notice it reads from the instance metadata service.
+SPOT_NOTICE_FILE = "/tmp/airflow-gpu/spot-notice"
+
+
+class BatchSubmission:
+    """What ``GPUBatchOperator`` submits (a mixin of it, as ``batch_deferral.BatchDeferral`` is)."""
+
+    # --- the submission: built from the rendered arguments and the placement ---------------
+
+    def _queue_for(self, placement: Placement) -> str:
+        op = _operator(self)
+        return op.queues[placement.capacity or "spot"] if op.queues else str(op.job_queue)
+
+    def _definition(self, context: Context) -> str:
+        """The job definition ARN for the current candidate: the user's, or ours registered once."""
+        op = _operator(self)
+        if op.user_job_definition:
+            return str(op.job_definition)  # rendered: job_definition is a template field
+        i = op.spot_run.placement.candidate
+        if i in op._definitions:
+            return op._definitions[i]
+        retry = spot_batch.retry_strategy(op.spot)
+        profiler = bundle.environment() if op.gpu_profile else None  # too big for the overrides
+        definition = op._job_definition(
+            batch_job.job_definition(op.images[i], op.placements[i], retry, str(op.candidates[i]), profiler)
+        )
+        name = batch_job.batch_name(context["ti"].dag_id, op.task_id, op.candidates[i].type)
+        op._definitions[i] = op.gpu_hook.register_job_definition_once(name, definition)
+        return op._definitions[i]
+
+    def _job_definition(self, definition: dict[str, Any]) -> dict[str, Any]:
+        """RegisterJobDefinition's arguments as registered (a multi-node job reshapes them)."""
+        return definition
+
+    def submit_job(self, context: Context) -> None:
+        """SubmitJob for the run's placement; the operator's own fields stay as the user rendered them."""
+        op = _operator(self)
+        placement = offered_placement(op.spot_run.placement, op.candidates, op.queues, str(op.job_queue), op._offers)
+        if placement != op.spot_run.placement:
+            op.log.warning("%s is not offered by its queue; using %s", op.accelerator, placement)
+            op.spot_run.move_to(placement)
+        args = op.submission_arguments(context, placement)
+        if adopted := op._submitted_already(args):  # SubmitJob has no idempotency token
+            op.log.info("Following job %s (%s), submitted for this try already", adopted, args["jobName"])
+            op.job_id = adopted
+        else:
+            op.log.info("Submitting %s on %s to queue %s", args["jobName"], op.accelerator, args["jobQueue"])
+            try:
+                op.job_id = op.gpu_hook.api.submit_job(**args)["jobId"]
+            except Exception as error:
+                raise AirflowException(f"AWS Batch refused the job: {error}") from error
+        op.spot_run.submitted(str(op.job_id))
+        save_run(context, STATE_KEY, op.spot_run)  # before anything else can fail
+        context["ti"].xcom_push(key=JOB_ID_XCOM_KEY, value=op.job_id)
+        job = op.gpu_hook.describe_job(str(op.job_id), op.poll_interval)
+        persist_job_links(context, op, op.gpu_hook, job)
+
+    def _submitted_already(self, args: Mapping[str, Any]) -> str | None:
+        """A resubmission's job this task try has already (a trigger's submit that failed on the way
+        back, or that botocore retried): found by its name and identity tags, never submitted twice."""
+        op = _operator(self)
+        if op.spot_run.submissions == 0:
+            return None
+        identity = {k: v for k, v in args["tags"].items() if k.startswith("airflow-gpu/")}
+        kept = oldest_of_try(op.gpu_hook.jobs_named(args["jobQueue"], args["jobName"]), identity)
+        return str(kept["jobId"]) if kept else None
+
+    def submission_arguments(self, context: Context, placement: Placement) -> dict[str, Any]:
+        """SubmitJob's arguments for ``placement`` (the run's current one: the job definition is its
+        candidate's); a deferred task's trigger submits the next jobs from them."""
+        op = _operator(self)
+        args = {
+            **{name: getattr(op, attribute) for name, attribute in batch_job.PASSED_THROUGH.items()},
+            "jobName": submission_name(first_job_name(op, context), op.spot_run.submissions),
+            "jobQueue": op._queue_for(placement),
+            "jobDefinition": op._definition(context),
+            "tags": {**(op.tags or {}), **batch_job.identity_tags(context["ti"])},
+            "timeout": {"attemptDurationSeconds": op.submit_job_timeout} if op.submit_job_timeout else None,
+            **op._submission_overrides(placement),
+        }
+        return dict(trim_none_values(args))
+
+    def _submission_overrides(self, placement: Placement) -> dict[str, Any]:
+        """SubmitJob's overrides: the container's (a multi-node job has its nodes' instead)."""
+        op = _operator(self)
+        overrides = op._overrides(placement)
+        if refusal := batch_job.overrides_too_long(overrides):
+            raise AirflowFailException(refusal)
+        return {"containerOverrides": overrides}
+
+    def _overrides(self, placement: Placement) -> dict[str, Any]:
+        """The container overrides; with ``gpu_profile`` the command runs under the profiler."""
+        op = _operator(self)
+        overrides, command = dict(op.container_overrides or {}), op.command
+        run_environment = op.spot_run.environment()
+        given = overrides.get("command") or command
+        if op.gpu_profile and not given:
+            op.log.warning("gpu_profile needs `command`: the job definition's own cannot be wrapped; not profiling")
+        elif op.gpu_profile and op.user_job_definition:
+            op.log.warning(
+                "gpu_profile needs the job definition this operator registers: the profiler's code travels in "
+                "its environment (ECS takes no more than 8,192 characters of overrides); not profiling"
+            )
+        elif op.gpu_profile and given:
+            command = bundle.wrap_short(given)
+            overrides.pop("command", None)
+            run_environment |= profiler_environment(op.profile_interval, placement.capacity)
+            run_environment[ENV_SPOT_NOTICE] = SPOT_NOTICE_FILE
+        return batch_job.container_overrides(
+            overrides,
+            op.environment,
+            run_environment,
+            op.placements[placement.candidate],
+            command,
+            on_user_definition=bool(op.user_job_definition),
+        )
+
+    @property
+    def _wrapped(self) -> bool:
+        """Whether this task's jobs run under the profiler (see ``_overrides``)."""
+        op = _operator(self)
+        given = (op.container_overrides or {}).get("command") or op.command
+        return bool(op.gpu_profile and given and not op.user_job_definition)
+
+    def _check_queue_offers(self) -> None:
+        """Skip candidates no queue can launch, and fail at once if none can: never RUNNABLE forever."""
+        op = _operator(self)
+        queues = sorted(set(op.queues.values()) or {str(op.job_queue)})
+        try:
+            offers = [op.gpu_hook.queue_offers(q) for q in queues]
+        except Exception as error:  # a queue we may not describe is not a reason to refuse the job
+            op.log.warning("Could not read the queues' instance types (%s); submitting as asked", error)
+            return
+        op._offers = {o.name: o for o in offers}
+        refusal, warnings = check_offers(offers, op.candidates)
+        for warning in warnings:
+            op.log.warning(warning)
+        if refusal:
+            raise AirflowFailException(refusal)
+
+
+def _operator(mixin: BatchSubmission) -> GPUBatchOperator:
+    """The operator this mixin is part of (only ``GPUBatchOperator`` mixes it in)."""
+    return cast("GPUBatchOperator", mixin)
