@@ -98,6 +98,8 @@ def topology(config: dict[str, Any]) -> int:
 
 def main(config_path: str, args: list[str]) -> int:
     config = json.loads(Path(config_path).read_text())
+    with Path(config_path).with_suffix(".calls").open("a") as calls:  # what the caller asked, in order
+        calls.write(json.dumps(args) + "\n")
     if config.get("not_loaded"):
         print(NOT_LOADED)
         return 9

@@ -4,6 +4,7 @@ CSV, ``topo -m`` and header formats), and the parsers of those formats on nvidia
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -50,6 +51,19 @@ def test_the_sampler_reads_nvidia_smi_lines_and_reaps_its_child(on_path: Path) -
     }  # fmt: skip
     assert info["topology"] == {"gpus": ["GPU0", "GPU1"], "matrix": [["X", "NV12"], ["NV12", "X"]]}
     sampler.stop()  # idempotent
+
+
+def test_one_gpu_needs_no_topology_run(on_path: Path) -> None:
+    """Fake nvidia-smi at the hardware boundary, one A100: the matrix of one GPU is ``X`` without
+    asking, and each nvidia-smi start costs the container a driver initialisation."""
+    install(on_path, [gpu(0)])
+    sampler = NvidiaSmiSampler(0.05)
+    assert sampler.start()
+    sampler.stop()
+
+    assert sampler.devices()["topology"] == {"gpus": ["GPU0"], "matrix": [["X"]]}
+    calls = [json.loads(line) for line in (on_path / "fake-nvidia-smi.calls").read_text().splitlines()]
+    assert calls and not [c for c in calls if c[:1] == ["topo"]]
 
 
 def test_missing_failing_or_dying_nvidia_smi_is_a_note(on_path: Path, tmp_path: Path) -> None:

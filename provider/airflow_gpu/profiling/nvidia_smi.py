@@ -188,8 +188,7 @@ class NvidiaSmiSampler(KeepsSamples):
                 return False
             self._info = {"driver": driver, "cuda": None, "gpus": gpus, "topology": None}
             self._info["cuda"] = parse_cuda(self._query()[1])
-            code, output = self._query("topo", "-m")
-            self._info["topology"] = parse_topology(output) if code == 0 else None
+            self._info["topology"] = self._topology(len(gpus))
             self._process = subprocess.Popen(
                 [self._path, *command(max(1, round(self.interval * 1000)))[1:]],
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -201,6 +200,15 @@ class NvidiaSmiSampler(KeepsSamples):
         self._reader = threading.Thread(target=self._read, name="airflow-gpu-nvidia-smi-reader", daemon=True)
         self._reader.start()
         return True
+
+    def _topology(self, count: int) -> dict[str, Any] | None:
+        """``topo -m``'s matrix; for one GPU the matrix is known without it (``X``), and each
+        nvidia-smi start initialises the driver's library again: a container's start is not slowed
+        for nothing."""
+        if count == 1:
+            return {"gpus": ["GPU0"], "matrix": [["X"]]}
+        code, output = self._query("topo", "-m")
+        return parse_topology(output) if code == 0 else None
 
     def _read(self) -> None:
         process = self._process
