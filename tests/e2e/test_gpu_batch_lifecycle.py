@@ -63,7 +63,7 @@ class WorkerKiller(JobInjector):
             [current] = run.task_instances()
             return bool(current["try_number"] == 2 and current["state"] == "running")
 
-        self.until(second_try_running, 600, "the second try", interval=0.5)  # a loaded 2-core run: 4.5 min seen
+        self.until(second_try_running, 600, "the second try", interval=1)  # a loaded 2-core run: 4.5 min seen
         reattached = "Reattached to AWS Batch job"
         self.until(lambda: reattached in task_log(run.stack, run.dag_id, run.run_id, 2), 120, "the reattach")
         (run.workdir / "release").touch()

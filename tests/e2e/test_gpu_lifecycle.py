@@ -139,7 +139,9 @@ class MarkOneShardFailed(PodInjector):
         run = self.scenario_run
         self.running(3)
         self.ready("0", "1", "2")
-        self.until(lambda: [ti["state"] for ti in run.task_instances()] == ["deferred"] * 3, 120, "three deferrals")
+        self.until(
+            lambda: [ti["state"] for ti in run.task_instances()] == ["deferred"] * 3, 120, "three deferrals", interval=1
+        )
         # Mark Failed once the triggerer runs shard 1's trigger (it logs to its own file): a trigger the
         # triggerer has not picked up yet is deleted without running any code, ours or KPO's.
         logs = run.stack.home / "logs" / f"dag_id={run.dag_id}" / f"run_id={run.run_id}" / "task_id=train"
@@ -195,7 +197,7 @@ class WorkerKiller(PodInjector):
             [current] = run.task_instances()
             return bool(current["try_number"] == 2 and current["state"] == "running")
 
-        self.until(retried, 600, "the second try", interval=0.5)
+        self.until(retried, 600, "the second try", interval=1)
         if self.with_stranger:
             own = {"run_id": safe(run.run_id)}
             self.until(lambda: len(pods(self.api, run.dag_id, **own)) == 1, 120, "the task's own new pod")
