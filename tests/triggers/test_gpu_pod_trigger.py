@@ -345,6 +345,44 @@ def test_mark_failed_deletes_every_pod_of_the_try_the_trigger_may_have_made(
     wait_for(lambda: pod_names(api) == {"marked-next-try"}, 30)
 
 
+def test_before_airflow_3_3_cleanup_on_mark_failed_deletes_every_pod_of_the_try(
+    kubernetes_emulator: KubernetesEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before Airflow 3.3 the triggerer calls no ``on_kill``: Mark Failed reaches the trigger as ``cleanup``
+    once ``safe_to_cancel`` says the task left DEFERRED. The official one deletes only the pod waited on;
+    a replacement of this try (the create in flight) must go too, and another try's pod stays."""
+    from airflow.providers.cncf.kubernetes.triggers import pod as official
+
+    from airflow_gpu.testing.polling import wait_for
+    from airflow_gpu.triggers import kubernetes as ours
+
+    for module in (official, ours):  # Airflow 3.3+ is installed: take the older path, as 3.2 does
+        monkeypatch.setattr(module, "AIRFLOW_V_3_3_PLUS", False)
+    api = core(kubernetes_emulator)
+    plan = spot_argument("cleaned", max_interruptions=3)
+    first_pod(api, plan, "cleaned", "sleep 600")
+    first_pod(api, plan, "cleaned-r1", "sleep 600")
+    other = json.loads(json.dumps(plan))
+    other["base"]["metadata"]["labels"]["try_number"] = "2"
+    first_pod(api, other, "cleaned-next-try", "sleep 600")
+    t = GPUPodTrigger(**{**trigger(kubernetes_emulator, "cleaned", termination_grace_period=0).serialize()[1],
+                         "gpu_spot": plan})  # fmt: skip
+
+    async def marked_failed() -> bool:  # the task is no longer DEFERRED: not a triggerer restart
+        return True
+
+    monkeypatch.setattr(t, "safe_to_cancel", marked_failed)
+
+    async def body() -> None:
+        waiting = asyncio.create_task(first_event(t))
+        await asyncio.sleep(1)
+        waiting.cancel()
+        await t.cleanup()
+
+    asyncio.run(body())
+    wait_for(lambda: pod_names(api) == {"cleaned-next-try"}, 30)
+
+
 def test_triggers_that_come_after_the_list_find_their_pods_in_it_without_a_get(
     kubernetes_emulator: KubernetesEmulator,
 ) -> None:

@@ -11,9 +11,9 @@ Everything else is the official trigger's, inherited: its events (``success``, `
 ``timeout``, ``error``) and their fields, so ``trigger_reentry`` reads them unchanged; the
 execution deadline; the schedule and startup timeouts with the same messages; the periodic log
 fetch of ``logging_interval``; ``on_kill`` deleting the pod on Mark Failed (Airflow 3.3+) and the
-older ``cleanup`` path. Every event but ``success`` carries the pod's last state the watch saw
-(``gpu_last_seen``): a pod deleted by the time the task resumes is still classified from it, so a
-reclaim is told from a person's delete.
+older ``cleanup`` path (with a spot run, both delete every pod of the task try). Every event but
+``success`` carries the pod's last state the watch saw (``gpu_last_seen``): a pod deleted by the time
+the task resumes is still classified from it, so a reclaim is told from a person's delete.
 
 With ``gpu_spot`` the trigger also carries the spot run on after an interrupted pod: that step (the
 next pod's create, the ended pod's log and delete, where a restarted trigger stands) is
@@ -34,6 +34,7 @@ from airflow.providers.cncf.kubernetes.utils.pod_manager import (
     PodLaunchTimeoutException,
     detect_pod_terminate_early_issues,
 )
+from airflow.providers.cncf.kubernetes.version_compat import AIRFLOW_V_3_3_PLUS
 from airflow.triggers.base import TriggerEvent
 
 from airflow_gpu.triggers import cluster, kill_guard
@@ -112,8 +113,30 @@ class GPUPodTrigger(PodCarryOn, KubernetesPodTrigger):
             return
         if self.on_kill_action == OnKillAction.KEEP_POD:
             return
+        await self._delete_this_try()
+
+    async def cleanup(self) -> None:
+        """The official ``cleanup``: before Airflow 3.3 Mark Failed reaches a trigger only here (after
+        ``safe_to_cancel``: not on a triggerer restart). With a spot run here it deletes every pod of the
+        task try, as ``on_kill`` does: the official one deletes only the pod waited on, and would leave
+        a replacement in flight running, billed, with nothing to follow it."""
+        if AIRFLOW_V_3_3_PLUS or self.gpu_spot is None:
+            await super().cleanup()
+            return
+        if self._handed_back or self.on_kill_action == OnKillAction.KEEP_POD:
+            return
+        try:
+            safe = await self.safe_to_cancel()
+        except Exception:
+            self.log.warning("Could not tell the task's state; no pod is deleted, to be safe", exc_info=True)
+            return
+        if safe:
+            await self._delete_this_try()
+
+    async def _delete_this_try(self) -> None:
+        """Every pod of this task try that has not ended, found by its labels, and the one being created."""
         names = {self.pod_name, *([self._creating] if self._creating else [])}
-        selector, found = task_try_selector(self.gpu_spot.get("base") or {}), []
+        selector, found = task_try_selector((self.gpu_spot or {}).get("base") or {}), []
         try:  # no identity labels (a pod built without a context): only the pods named here
             if selector:
                 found = await cluster.list_objects(self.connection, "pods", self.pod_namespace, selector)
