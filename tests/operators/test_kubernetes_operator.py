@@ -362,3 +362,55 @@ def test_the_worker_creates_the_pod_the_trigger_could_not(kubernetes_emulator: K
     (pod,) = api.list_namespaced_pod("default").items
     assert pod.metadata.labels["airflow-gpu/capacity"] == "on-demand" and pod.metadata.labels["task_id"] == "train"
     assert json.loads(pod.metadata.annotations[STATE_ANNOTATION])["submissions"] == 2
+
+
+def test_the_pods_the_trigger_created_get_kpos_callbacks_and_startup_events_on_resume(
+    kubernetes_emulator: KubernetesEmulator, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The trigger replaced the preempted pod ``train`` (and deleted it) by ``train-r1``, which succeeded. KPO
+    never saw ``train-r1`` created nor ``train`` end: on resume the user's callbacks get, in KPO's order and
+    with KPO's arguments, what they would have had if the worker had replaced the pod, and the new pod's
+    events are logged as KPO logs them while a pod starts."""
+    from airflow.providers.cncf.kubernetes.callbacks import ExecutionMode, KubernetesPodOperatorCallback
+    from kubernetes import client, config
+
+    from airflow_gpu.testing.polling import wait_for
+    from airflow_gpu.triggers.kubernetes import STATE_KEY
+    from tests.operators.task_context import Ti
+
+    calls: list[tuple[str, str]] = []
+
+    def recorder(hook: str, key: str) -> Any:
+        def record(**kwargs: Any) -> None:
+            assert kwargs["mode"] is ExecutionMode.SYNC and kwargs["operator"] is operator and kwargs["context"]
+            calls.append((hook, kwargs[key].metadata.name))
+
+        return staticmethod(record)
+
+    hooks = {"on_pod_completion": "pod", "on_pod_teardown": "pod", "on_pod_cleanup": "pod",
+             "on_pod_manifest_created": "pod_request", "on_pod_creation": "pod"}  # fmt: skip
+    recording = type("Recording", (KubernetesPodOperatorCallback,), {h: recorder(h, k) for h, k in hooks.items()})
+    operator = GPUKubernetesOperator(
+        task_id="train", name="train", accelerator="L4", capacity="on-demand", cmds=["true"], gpu_profile=False,
+        deferrable=True, namespace="default", kubernetes_conn_id=None, callbacks=recording,
+        config_file=str(kubernetes_emulator.kubeconfig_path),
+    )  # fmt: skip
+    context: Any = {"ti": Ti(task_id="train"), "run_id": "manual__1", "dag": None}
+    api = client.CoreV1Api(config.new_client_from_config(config_file=str(kubernetes_emulator.kubeconfig_path)))
+    made = operator.build_pod_request_obj(context)
+    made.metadata.name = "train-r1"
+    api.create_namespaced_pod("default", made)
+    wait_for(lambda: api.read_namespaced_pod("train-r1", "default").status.phase == "Succeeded", 30)
+    run = GPUKubernetesOperator(task_id="train", accelerator="L4", capacity="on-demand").spot_run
+    run.submitted("train")
+    deferred = run.to_json()  # what the worker deferred with
+    run.finish(Classification(Outcome.PREEMPTED, "TerminationByKubelet", "", transient=True))
+    event = {"status": "success", "name": "train-r1", "namespace": "default", STATE_KEY: run.to_json()}
+    capfd.readouterr()
+    operator.trigger_reentry(context, event, gpu_state=deferred)
+    assert calls == [
+        ("on_pod_completion", "train"), ("on_pod_teardown", "train"), ("on_pod_cleanup", "train"),
+        ("on_pod_manifest_created", "train-r1"), ("on_pod_creation", "train-r1"),
+        ("on_pod_completion", "train-r1"), ("on_pod_teardown", "train-r1"), ("on_pod_cleanup", "train-r1"),
+    ]  # fmt: skip
+    assert "The Pod has an Event: Successfully assigned default/train-r1" in capfd.readouterr().out  # the task log

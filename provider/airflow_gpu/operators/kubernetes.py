@@ -274,7 +274,7 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
 
     def trigger_reentry(self, context: Context, event: dict[str, Any], gpu_state: dict[str, Any] | None = None) -> Any:
         """KPO's re-entry from the trigger, with the same classify-and-resubmit as ``execute_sync``."""
-        gpu_state = event.get(STATE_KEY) or gpu_state  # the trigger's, when it carried the run on
+        deferred, gpu_state = gpu_state, event.get(STATE_KEY) or gpu_state  # the trigger's, if it carried the run on
         if gpu_state is not None:
             self._restore(gpu_state, "carried through the deferral")
         else:  # ``dag.test()`` resumes with the event only; the pod carries the same state
@@ -283,6 +283,7 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
         self.spot_run.submitted(event["name"])
         self._outcome = self._dropped = self._output = None
         self._unread = UNREAD
+        self._replay_trigger_pods(context, event, deferred)  # KPO's callbacks and events for the trigger's pods
         if event.get(NEXT_KEY):  # the trigger recorded the pod's end and decided, but could not create the next
             self._create_next(context, event)
             return None

@@ -101,8 +101,7 @@ class PodReplacement:
         return task_try_selector(self.base)
 
     def next_name(self) -> str:
-        suffix = f"-r{self.run.submissions}"
-        return self.first_name[: MAX_NAME - len(suffix)].rstrip("-.") + suffix
+        return submission_name(self.first_name, self.run.submissions)
 
     def manifest(self, name: str) -> dict[str, Any]:
         """The pod of the run's current placement, named, with the run's environment and state."""
@@ -121,6 +120,12 @@ class PodReplacement:
             env = [e for e in container.get("env") or [] if e.get("name") not in environment]
             container["env"] = [*env, *({"name": k, "value": v} for k, v in environment.items())]
         return pod
+
+
+def submission_name(first_name: str, submissions: int) -> str:
+    """The pod the trigger creates after ``submissions`` others: ``<first pod>-r<N>``, within 63 characters."""
+    suffix = f"-r{submissions}"
+    return first_name[: MAX_NAME - len(suffix)].rstrip("-.") + suffix
 
 
 def notice_hook(notice_file: str) -> list[str]:
