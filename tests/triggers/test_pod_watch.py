@@ -328,3 +328,134 @@ def test_a_list_whose_snapshot_expires_between_pages_starts_again_and_misses_not
     # Page 1, the expired page 2, then pages of 2 of the six pods.
     assert kubernetes_emulator.api_requests("LIST", "pods") == 2 + 3
     assert kubernetes_emulator.api_requests("GET", "pods") == 0
+
+
+def simulated_pod(api: client.CoreV1Api, name: str, labelled: bool = True, **more: str) -> None:
+    """A pod with no process (``simulated.local``) that runs an hour unless ``finish`` ends it."""
+    container = {"name": "base", "image": "simulated.local/x", "env": [{"name": "SIMULATED_SECONDS", "value": "3600"}]}
+    labels = ({WATCH_LABEL: "l4"} if labelled else {}) | more
+    api.create_namespaced_pod("default", {"metadata": {"name": name, "labels": labels},
+                                          "spec": {"restartPolicy": "Never", "containers": [container]}})  # fmt: skip
+
+
+def between_pages(
+    monkeypatch: pytest.MonkeyPatch, act: Callable[[], Awaitable[None]], page_size: int = 2
+) -> list[bool]:
+    """Run ``act`` once, before the list's second page is asked for (pages of ``page_size``); the list
+    flags it did."""
+    from airflow_gpu.triggers import list_watch
+
+    monkeypatch.setattr(list_watch, "PAGE_SIZE", page_size)
+    request = list_watch.ListWatch._request
+    done: list[bool] = []
+
+    async def between(self: list_watch.ListWatch, api: Any, selector: str | None = None, **params: Any) -> Any:
+        if params.get("_continue") and not done:
+            done.append(True)
+            await act()
+        return await request(self, api, selector, **params)
+
+    monkeypatch.setattr(list_watch.ListWatch, "_request", between)
+    return done
+
+
+#: The label a training Job's pods carry (``utils.training_job``), a group the watch holds.
+JOB_LABEL = "airflow-gpu/training-job"
+
+
+def test_what_look_ups_hear_between_a_lists_pages_is_not_undone_by_the_list(
+    kubernetes_emulator: KubernetesEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between two pages of a list (a relist after 410, a poll without watch permission) the triggers'
+    look-ups go on: a pod made after the first page's snapshot, found by a GET, is in no page ("no
+    objects created, modified, or deleted after the first request is issued will be included in any
+    subsequent continued requests", the API's ``continue``), and must not be recorded deleted when the
+    list ends (its trigger would report a running pod gone, or a spot run start a second one), nor one
+    a training Job's group LIST found; a pod a GET found gone (404) must not come back from a later
+    page of the older snapshot.
+
+    No fake: the emulator's paged LIST, the look-ups' real GETs; the test runs the look-ups itself
+    where the triggerer's loop would run them, between two pages."""
+    api = core(kubernetes_emulator)
+    for name in "abcde":
+        simulated_pod(api, name)
+
+    def delete_d() -> None:
+        from airflow_gpu.testing.polling import wait_for
+
+        api.delete_namespaced_pod("d", "default", grace_period_seconds=0)
+
+        def gone() -> bool:
+            try:
+                api.read_namespaced_pod("d", "default")
+            except client.ApiException as error:
+                return error.status == 404
+            return False
+
+        wait_for(gone, timeout=30)
+
+    async def body() -> dict[str, PodState]:
+        watch = SharedPodWatch(connection(kubernetes_emulator), "default")
+        watch.waiters.update(late=1, d=1)  # triggers wait on them
+        watch.groups[(JOB_LABEL, "job-a")] = 1  # and on a training Job's pods
+
+        async def meanwhile() -> None:
+            await asyncio.to_thread(simulated_pod, api, "late")  # made after the snapshot
+            await asyncio.to_thread(simulated_pod, api, "late-worker", **{JOB_LABEL: "job-a"})
+            await asyncio.to_thread(delete_d)  # on a page not read yet, gone now
+            await watch._look_up("late")
+            await watch._look_up("d")
+            await watch._look_up_group(JOB_LABEL, "job-a")
+            assert not watch.states["late"].deleted and watch.states["d"].deleted
+            assert not watch.states["late-worker"].deleted
+
+        done = between_pages(monkeypatch, meanwhile)
+        async with watch.connection.client() as client_api:
+            await watch._list(client_api)
+        assert done
+        return watch.states
+
+    states = run(body)
+    assert not states["late"].deleted, f"the list recorded a live pod as deleted: {states['late']}"
+    assert not states["late-worker"].deleted, "the list recorded a live pod of a held group as deleted"
+    assert states["d"].deleted, f"a page of the older snapshot brought a deleted pod back: {states['d']}"
+    assert not any(states[n].deleted for n in "abce")
+
+
+def test_a_pod_changed_between_a_lists_pages_reaches_its_trigger_through_the_watch(
+    kubernetes_emulator: KubernetesEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every page is read at the first page's ``resourceVersion``: a pod that ends between two pages is
+    listed running (on a page read before, or as the snapshot had it on a page read after), and only the
+    watch opened from the list's ``resourceVersion`` tells its trigger that it ended (no compaction, no
+    relist). The emulator's pages are short (``set_short_pages``: only the matches among ``limit``
+    keys, an empty one with ``continue`` between pods without the label), as the API's ``limit``
+    allows. No fake besides running the change between two pages."""
+    from airflow_gpu.testing.polling import wait_for
+
+    api = core(kubernetes_emulator)
+    for name in ("a", "b", "b-x", "b-y", "c", "d", "e"):  # pages of 2 keys: [a b] [] [c d] [e]
+        simulated_pod(api, name, labelled=name in "abcde")
+
+    def running() -> bool:
+        return all(p.status.phase == "Running" for p in api.list_namespaced_pod("default").items)
+
+    wait_for(running, timeout=60)
+    kubernetes_emulator.set_short_pages()
+
+    async def end_a_and_e() -> None:  # "a" was on the first page; "e" is on the last
+        await asyncio.to_thread(kubernetes_emulator.finish, "a", "e")
+
+    async def body() -> tuple[PodState, PodState, list[bool]]:
+        done = between_pages(monkeypatch, end_a_and_e)
+        watch = SharedPodWatch.get(connection(kubernetes_emulator), "default")
+        a, e = await asyncio.gather(until_final(watch, "a"), until_final(watch, "e"))
+        return a, e, done
+
+    before = kubernetes_emulator.api_requests("LIST", "pods")
+    a, e, done = run(body)
+    assert done
+    assert [s.pod and s.pod["status"]["phase"] for s in (a, e)] == ["Succeeded", "Succeeded"]
+    assert kubernetes_emulator.api_requests("LIST", "pods") - before == 4  # one list, of four pages
+    assert kubernetes_emulator.api_requests("WATCH", "pods") == 1
+    assert kubernetes_emulator.api_requests("GET", "pods") == 0

@@ -9,6 +9,14 @@ honouring ``Retry-After``; 403 on WATCH falls back to a LIST every ``poll_interv
 last reach the waiters (``error``). Objects the cache does not know are looked up once: a GET for
 one, a LIST for a group's. A LIST comes in pages of ``PAGE_SIZE`` (``limit``/``continue``), so that
 10,000 pods are 20 short parses between which the loop runs its triggers, not one of tens of MB.
+
+Look-ups run while a list is between its pages (a relist after ``410``, every poll without watch
+permission), and what they bring is newer than the list's snapshot, which holds nothing "created,
+modified, or deleted after the first request" (the API's ``continue``): a pod a look-up found is
+missing from every page because it was made after the snapshot, not because it went. So a look-up
+is never in flight while a list's first page is asked for (one issued then waits for that page,
+and the list waits for those already out), and a state recorded after the list began is left as it
+is by its pages and by its end (the watch from the list's ``resourceVersion`` brings what follows).
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ import contextlib
 import json
 import logging
 import random
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from airflow_gpu.triggers.cluster import ClusterConnection
@@ -74,8 +82,12 @@ class ListWatch(abc.ABC):
     synced: asyncio.Event
     failures: int
     error: ApiStatusError | None
+    _counter: int  # the number of the last state recorded
 
     _continuing: bool = False  # a list is between its pages (a 410 then expired its snapshot)
+    _lookups: int = 0  # look-ups (a GET, or a group's LIST) in flight
+    _lookups_done: asyncio.Event | None = None  # set when the last look-up in flight ends
+    _snapshot: asyncio.Event | None = None  # a list's first page is asked for: set once it is in
 
     @abc.abstractmethod
     async def _record(self, name: str, pod: dict[str, Any] | None, deleted: bool = False) -> None:
@@ -194,26 +206,48 @@ class ListWatch(abc.ABC):
                 )  # fmt: skip
 
     async def _list_pages(self, api: Any, limit: int | None) -> None:
+        """One list, its pages read at the first one's snapshot; what look-ups recorded meanwhile is newer.
+
+        A page may hold fewer than ``limit`` objects, none even, and still go on (the API's ``limit``:
+        a selector filters them out): only ``continue`` says whether more follow.
+        """
         listed: set[str] = set()
         token: str | None = None
         self._continuing = False
-        while True:
-            paging: dict[str, Any] = {} if limit is None else {"limit": limit} | ({"_continue": token} if token else {})
-            response = await self._request(api, _request_timeout=60, **paging)
-            body = await parse(await response.read())
-            for pod in body.get("items") or []:
-                name = pod["metadata"]["name"]
-                listed.add(name)
-                known = self.states.get(name)
-                if known is None or known.deleted or resource_version(known.pod) != resource_version(pod):
-                    await self._record(name, pod)
-            metadata = body.get("metadata") or {}
-            token = metadata.get("continue") or None
-            if token is None:
-                break
-            self._continuing = True
+        first = self._snapshot = asyncio.Event()
+        try:
+            while self._lookups:  # those out now may be served before the snapshot: let them finish
+                done = self._lookups_done = asyncio.Event()
+                await done.wait()
+            start = self._counter  # a state numbered above this was heard after the snapshot
+            while True:
+                paging: dict[str, Any] = {} if limit is None else {"limit": limit}
+                if token is not None:
+                    paging["_continue"] = token
+                response = await self._request(api, _request_timeout=60, **paging)
+                first.set()  # the snapshot is taken: a look-up sent from now on is served after it
+                body = await parse(await response.read())
+                for pod in body.get("items") or []:
+                    name = pod["metadata"]["name"]
+                    listed.add(name)
+                    known = self.states.get(name)
+                    if known is not None and known.version > start:
+                        continue  # looked up after the snapshot: newer than this page (a 404 stays gone)
+                    if known is None or known.deleted or resource_version(known.pod) != resource_version(pod):
+                        await self._record(name, pod)
+                metadata = body.get("metadata") or {}
+                token = metadata.get("continue") or None
+                if token is None:
+                    break
+                self._continuing = True
+        finally:
+            first.set()
+            if self._snapshot is first:
+                self._snapshot = None
         for name, state in list(self.states.items()):
-            if name not in listed and not state.deleted:  # gone while we were not watching
+            # Missing from the snapshot: gone while we were not watching, unless heard of since it was
+            # taken (made after it); the watch from its resourceVersion brings that one's deletion.
+            if name not in listed and not state.deleted and state.version <= start:
                 await self._record(name, None, deleted=True)
         self._listed(listed)
         self.resource_version = metadata.get("resourceVersion")
@@ -256,12 +290,30 @@ class ListWatch(abc.ABC):
             await self._record(obj["metadata"]["name"], obj, deleted=kind == "DELETED")
         self.resource_version = version or self.resource_version
 
+    @contextlib.asynccontextmanager
+    async def _looking_up(self) -> AsyncIterator[None]:
+        """A look-up's request, sent only where it is served after the snapshot of any list it overlaps.
+
+        A list asks for its first page only once no look-up is out, and one that would go out while
+        that page is asked for waits for it: so a state a look-up records after a list began is newer
+        than every page of that list, and no page or end of the list may undo it.
+        """
+        while self._snapshot is not None and not self._snapshot.is_set():
+            await self._snapshot.wait()
+        self._lookups += 1  # at once after the check: no list starts in between
+        try:
+            yield
+        finally:
+            self._lookups -= 1
+            if not self._lookups and self._lookups_done is not None:
+                self._lookups_done.set()
+
     async def _look_up(self, name: str) -> None:
         """One GET for a pod the list did not have: gone before we watched, or created since."""
         from kubernetes_asyncio.client.exceptions import ApiException
 
         with contextlib.suppress(Exception):  # the watch still tells; this only closes a gap
-            async with self.connection.client() as api:
+            async with self._looking_up(), self.connection.client() as api:
                 _, read = self.kind.calls(api)
                 try:
                     response = await checked(
@@ -278,7 +330,7 @@ class ListWatch(abc.ABC):
     async def _look_up_group(self, label: str, value: str) -> None:
         """One LIST of a group's pods that existed before it was held (the watch kept none of them)."""
         with contextlib.suppress(Exception):  # the watch still tells; this only closes a gap
-            async with self.connection.client() as api:
+            async with self._looking_up(), self.connection.client() as api:
                 response = await self._request(
                     api, selector=f"{self.kind.selector},{label}={value}", _request_timeout=60
                 )

@@ -84,3 +84,24 @@ def test_continue_with_a_resource_version_or_a_made_up_token_is_a_bad_request(co
     with pytest.raises(client.ApiException) as made_up:
         core.list_namespaced_config_map("default", limit=1, _continue="not-a-token")
     assert made_up.value.status == 400
+
+
+def test_short_pages_hold_the_matches_among_limit_keys_and_go_on_by_continue_alone(
+    core: client.CoreV1Api, kubernetes_emulator: KubernetesEmulator
+) -> None:
+    """The API's ``limit``: a page "may return fewer than the requested amount of items (up to zero
+    items) in the event all requested objects are filtered out"; only ``continue`` says more follow."""
+    kubernetes_emulator.set_short_pages()
+    for i in range(6):
+        config_map(core, f"cm-{i}", 1 if i in (0, 5) else 0)
+    pages, token = [], None
+    while True:
+        listed = core.list_namespaced_config_map("default", limit=2, label_selector="parity=1", _continue=token)
+        pages.append(names(listed))
+        assert listed.metadata.remaining_item_count is None
+        token = listed.metadata._continue
+        if not token:
+            break
+    assert pages == [["cm-0"], [], ["cm-5"]]
+    # Without a selector nothing is filtered out: full pages.
+    assert names(core.list_namespaced_config_map("default", limit=4)) == ["cm-0", "cm-1", "cm-2", "cm-3"]

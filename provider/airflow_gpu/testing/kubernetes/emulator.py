@@ -276,6 +276,12 @@ class KubernetesEmulator:
         """How often a watch that allows bookmarks gets one (the API server: about a minute)."""
         self._state().bookmark_seconds = seconds
 
+    def set_short_pages(self, short: bool = True) -> None:
+        """Pages of a LIST with a selector hold only the matches among the next ``limit`` objects: fewer
+        than ``limit``, none even, with ``continue`` while more follow, as the API's ``limit`` allows
+        (a real API server fills them; a client must go by ``continue`` alone)."""
+        self._state().store.short_pages = short
+
     @property
     def api_faults_injected(self) -> list[dict[str, Any]]:
         """Each request a fault hit: its verb, resource, subresource, namespace, name and the answer."""

@@ -9,6 +9,12 @@ snapshot, as etcd's MVCC reads at a revision. Once that revision is compacted th
 state (an inconsistent list); a client that needs a consistent list starts again without
 ``continue``. A ``continue`` with a ``resourceVersion`` other than ``0`` is a ``400``.
 
+With a selector, the API server fills each page (it reads on until ``limit`` objects match), but the
+API's ``limit`` promises less: a page "may return fewer than the requested amount of items (up to
+zero items) in the event all requested objects are filtered out", and a client must go by
+``continue`` alone. ``short`` pages hold that: the matches among the next ``limit`` keys, with a
+``continue`` while keys follow, so a client that counts on full pages is caught.
+
 The store keeps the objects as they are now, changed in place, so a snapshot is copy-on-write: the
 store hands each live snapshot an object's encoded text from before its first later change
 (``Snapshot.before``); every other object is read as it is now, unchanged since the snapshot.
@@ -105,8 +111,10 @@ def page(
     after: Key | None,
     limit: int,
     matches: Callable[[Obj], bool] | None,
+    short: bool = False,
 ) -> Page:
-    """Up to ``limit`` matching items after key ``after``, as they were at ``snapshot`` (now, if None)."""
+    """Up to ``limit`` matching items after key ``after``, as they were at ``snapshot`` (now, if None);
+    ``short``: only those among the next ``limit`` keys when a selector filters (none, even)."""
     before = snapshot.before if snapshot is not None else {}
     keys = sorted(
         key
@@ -118,17 +126,16 @@ def page(
     served = 0  # keys read
     for key in keys:
         served += 1
+        last = key  # the next page goes on after it, whether it was selected or not
         if key in before:
             text = before[key]
-            if text is None or (matches is not None and not matches(json.loads(text))):
-                continue  # created after the snapshot, or not selected
+            selected = text is not None and (matches is None or matches(json.loads(text)))  # None: made since
         else:
             text = encoded[key]
-            if matches is not None and not matches(current[key]):
-                continue
-        items.append(text)
-        last = key
-        if len(items) >= limit:
+            selected = matches is None or matches(current[key])
+        if selected and text is not None:
+            items.append(text)
+        if len(items) >= limit or (short and matches is not None and served >= limit):
             break
     more = served < len(keys)
     remaining = None

@@ -90,6 +90,8 @@ class Store:
         self._encoded: dict[str, dict[tuple[str, str], str]] = {plural: {} for plural in RESOURCES}
         #: Paged LISTs' snapshots by (plural, resourceVersion), oldest first.
         self._snapshots: dict[tuple[str, int], Snapshot] = {}
+        #: Pages of a LIST with a selector hold only the matches among ``limit`` keys (``paging``).
+        self.short_pages = False
         self._version = 0
         #: (rv, plural, type, namespace or None, the object as JSON then)
         self._history: list[tuple[int, str, str, str | None, str]] = []
@@ -168,7 +170,10 @@ class Store:
             elif version != self._version and (plural, version) not in self._snapshots:
                 raise ExpiredContinue(after)
         snapshot = self._snapshots.get((plural, version))  # None: nothing changed since ``version``
-        result = page(self._objects[plural], self._encoded[plural], snapshot, version, namespace, after, limit, matches)
+        result = page(
+            self._objects[plural], self._encoded[plural], snapshot, version, namespace, after, limit, matches,
+            self.short_pages,
+        )  # fmt: skip
         if result.next_key is not None and snapshot is None:  # the next page reads this version
             self._snapshots[(plural, version)] = Snapshot(plural, version)
             while len(self._snapshots) > MAX_SNAPSHOTS:
