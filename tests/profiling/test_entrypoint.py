@@ -208,6 +208,103 @@ def test_a_sigterm_the_kernel_hands_to_a_sampler_thread_still_reaches_the_worklo
     assert got["signals"] == ["SIGTERM"] and got["source"] == "nvidia-smi"
 
 
+#: A workload that the shell leaves running when it exits: it writes argv[2] once it traps SIGTERM,
+#: and argv[1] when it got SIGTERM (then exits); else it runs for a minute.
+BACKGROUND_WORKLOAD = """
+import pathlib, signal, sys, time
+def stop(number, frame):
+    pathlib.Path(sys.argv[1]).write_text(signal.Signals(number).name)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+pathlib.Path(sys.argv[2]).write_text("ready")
+time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc tells when the shell has been reaped")
+@pytest.mark.parametrize(
+    ("hung", "thread_name"),
+    [("start", "airflow-gpu-profiler-start"), ("stop", "airflow-gpu-nvml-sampler")],
+)
+def test_a_sigterm_a_sampler_thread_takes_after_the_command_ended_still_reaches_the_workload(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path, hung: str, thread_name: str
+) -> None:
+    """The command's shell has exited, its workload runs on in the group, and the main thread waits
+    for the samplers: to start (``nvmlInit`` hangs, a GPU off the bus) or to stop (a reading hangs).
+    The runtime's SIGTERM, which the kernel hands to the thread that hangs (``pthread_kill`` to that
+    thread here, the delivery Linux may pick for a ``kill`` of the process), must reach the workload
+    in well under the 10 s those waits may last, as while the command runs. In process, with a fake
+    ``pynvml`` whose start or readings block until the test releases them."""
+    from airflow_gpu.profiling import entrypoint
+
+    release, hang, hanging = threading.Event(), threading.Event(), threading.Event()
+    nvml = FakeNvml([FakeGpu()])
+    init, reading = nvml.nvmlInit, nvml.nvmlDeviceGetUtilizationRates
+
+    def hung_init() -> None:
+        hanging.set()
+        release.wait(30)
+        init()
+
+    def hung_reading(handle: Any) -> Any:
+        if hang.is_set() and threading.current_thread().name == "airflow-gpu-nvml-sampler":
+            hanging.set()
+            release.wait(30)
+        return reading(handle)
+
+    if hung == "start":
+        nvml.nvmlInit = hung_init  # type: ignore[method-assign]
+    else:
+        nvml.nvmlDeviceGetUtilizationRates = hung_reading  # type: ignore[method-assign]
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setenv("AIRFLOW_GPU_PROFILER", "nvml")
+    monkeypatch.setenv("AIRFLOW_GPU_IMDS", "off")
+    workload, got, ready, shell, go = (tmp_path / name for name in ("w.py", "got", "ready", "shell", "go"))
+    workload.write_text(BACKGROUND_WORKLOAD)
+    script = f"{sys.executable} {workload} {got} {ready} & echo $$ > {shell}; while [ ! -e {go} ]; do sleep 0.02; done"
+    latency: list[float] = []
+
+    def runtime() -> None:
+        try:
+            wait_until(ready.exists, "the workload to trap SIGTERM")
+            if hung == "stop":
+                wait_until(lambda: any(t.name == thread_name for t in threading.enumerate()), "the sampler")
+                hang.set()
+            wait_until(hanging.is_set, f"the {hung} to hang")
+            go.touch()  # the shell exits; the main thread reaps it and waits for the samplers
+            wait_until(lambda: shell.exists() and not Path(f"/proc/{shell.read_text().strip()}").exists(), "reaped")
+            time.sleep(0.3)  # into the wait
+            target = next(t for t in threading.enumerate() if t.name == thread_name)
+            assert target.ident is not None
+            signal.pthread_kill(target.ident, signal.SIGTERM)
+            sent = time.monotonic()
+            with contextlib.suppress(AssertionError):
+                wait_until(got.exists, "the workload to get SIGTERM", timeout=3.0)
+                latency.append(time.monotonic() - sent)
+        finally:
+            release.set()
+
+    driver = threading.Thread(target=runtime, name="test-runtime", daemon=True)
+    driver.start()
+    try:
+        code = entrypoint.main(["sh", "-c", script], interval=0.05)
+    finally:
+        release.set()
+        driver.join(30)
+    waiting = "starting" if hung == "start" else "stopping"
+    assert latency, f"the workload got no SIGTERM within 3 s of it, while the samplers were {waiting}"
+    assert latency[0] < 1.0 and got.read_text() == "SIGTERM" and code == 0
+    assert profile(capsys.readouterr().out)["signals"] == ["SIGTERM"]
+
+
+def wait_until(check: Any, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout} s for {what}")
+        time.sleep(0.01)  # the test's own poll of files and threads it does not control
+
+
 class Imds:
     """IMDSv2 on 127.0.0.1: a token for a PUT with a TTL header; spot/instance-action needs the token."""
 

@@ -11,7 +11,9 @@ import threading
 from typing import Any
 
 import pytest
+from airflow.sdk.exceptions import AirflowNotFoundException
 
+from airflow_gpu.hooks import batch as batch_hook
 from airflow_gpu.hooks.batch import GPUBatchHook
 from airflow_gpu.testing.batch.emulator import BatchEmulator
 from airflow_gpu.testing.polling import wait_for
@@ -104,9 +106,56 @@ def test_a_lone_trigger_hears_of_a_failed_connection_read_and_goes_on(
         return await real(cls, conn_id)
 
     monkeypatch.setattr(GPUBatchHook, "aget_connection", classmethod(flaky))
+    monkeypatch.setattr(batch_hook, "_LAST_READ", {})  # no good read before this one (another test's)
     trigger = GPUBatchJobTrigger(done, poll_interval=0.2)
     event = asyncio.run(asyncio.wait_for(first_event(trigger), 30))
     assert not failures and event["status"] == "done" and event["job_status"] == "SUCCEEDED"
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        AirflowNotFoundException("The conn_id `aws_gpu` isn't defined"),  # how a transient error reads
+        RuntimeError("Response read out of order"),
+    ],
+)
+def test_a_failed_re_read_keeps_the_connection_read_before(monkeypatch: pytest.MonkeyPatch, failure: Exception) -> None:
+    """The supervisor answers a transient error as "not found" (Airflow's ``ExecutionAPISecretsBackend``
+    returns None on any error response, then ``aget_connection`` raises ``AirflowNotFoundException``).
+    The poller, which reads its connection again every ``HOOK_TTL`` (0 here: every round), keeps the
+    credentials of the read before; it must not turn to the triggerer's own boto3 credential chain."""
+    from airflow.sdk import Connection
+
+    from airflow_gpu.triggers import batch as batch_trigger
+    from airflow_gpu.triggers.batch import SharedJobPoller
+
+    monkeypatch.setattr(batch_hook, "_LAST_READ", {})
+    monkeypatch.setattr(batch_trigger, "HOOK_TTL", 0.0)
+    good = Connection(conn_id="aws_gpu", conn_type="aws", login="AKIAGPUTRIGGER000001", password="gpu-secret-key")
+    answers: list[Any] = [good, failure, failure]
+
+    async def aget_connection(cls: type, conn_id: str) -> Any:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    keys: list[str | None] = []
+
+    def describe(hook: GPUBatchHook, ids: Any) -> dict[str, Any]:
+        keys.append(hook.conn_config.aws_access_key_id)  # the credentials this round calls Batch with
+        return {job_id: {"jobId": job_id, "status": "RUNNING"} for job_id in ids}
+
+    monkeypatch.setattr(GPUBatchHook, "aget_connection", classmethod(aget_connection))
+    monkeypatch.setattr(GPUBatchHook, "describe_jobs_batched", describe)
+
+    async def three_rounds() -> None:
+        poller = SharedJobPoller.get("aws_gpu", "us-east-1", 0.01)
+        for _ in range(3):
+            assert (await poller.next_description("job-1") or {}).get("status") == "RUNNING"
+
+    asyncio.run(asyncio.wait_for(three_rounds(), 30))
+    assert not answers and keys == ["AKIAGPUTRIGGER000001"] * 3
 
 
 def test_the_poller_reads_its_connection_again_after_a_failed_round(

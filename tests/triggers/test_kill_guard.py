@@ -1,19 +1,21 @@
 """``on_kill`` stops a GPU workload only when the task is no longer deferred (``triggers.kill_guard``).
 
 Airflow 3.3 calls ``on_kill`` both for a person's Mark Failed and when a trigger moves to another
-triggerer; the task's state tells them apart. The state comes from the supervisor
-(``RuntimeTaskInstance.get_task_states``): faked here at that boundary, with the answer's shape
-from Airflow's states endpoint (run id -> task id, suffixed ``_<map index>`` when mapped).
+triggerer; the task's state tells them apart. The state comes from the supervisor: its channel
+(``SUPERVISOR_COMMS``) is faked here, answering ``GetTaskStates`` with a ``TaskStatesResult`` in
+the shape of Airflow's states endpoint (run id -> task id, suffixed ``_<map index>`` when mapped).
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+from airflow.sdk.execution_time import task_runner
+from airflow.sdk.execution_time.comms import GetTaskStates, TaskStatesResult
 
 from airflow_gpu.triggers import kill_guard
 from airflow_gpu.triggers.batch import GPUBatchJobTrigger
@@ -23,17 +25,38 @@ def ti(map_index: int = -1) -> SimpleNamespace:
     return SimpleNamespace(dag_id="d", task_id="train", run_id="r1", map_index=map_index)
 
 
-def answer(monkeypatch: pytest.MonkeyPatch, states: dict[str, Any] | Exception) -> list[dict[str, Any]]:
-    asked: list[dict[str, Any]] = []
+class Comms:
+    """The trigger runner's channel to its supervisor: ``asend`` in the loop, ``send`` from a thread.
+    Records each request and the thread it was made on; answers with ``answers`` in turn."""
 
-    def get_task_states(**query: Any) -> dict[str, Any]:
-        asked.append(query)
-        if isinstance(states, Exception):
-            raise states
-        return states
+    def __init__(self, *answers: dict[str, Any] | Exception) -> None:
+        self.answers = list(answers)
+        self.asked: list[tuple[str, dict[str, Any], str]] = []
 
-    monkeypatch.setattr(RuntimeTaskInstance, "get_task_states", staticmethod(get_task_states))
-    return asked
+    def _answer(self, how: str, msg: Any) -> Any:
+        assert isinstance(msg, GetTaskStates)
+        self.asked.append((how, msg.model_dump(exclude={"type"}, exclude_none=True), threading.current_thread().name))
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return TaskStatesResult(task_states=answer)
+
+    async def asend(self, msg: Any) -> Any:
+        return self._answer("asend", msg)
+
+    def send(self, msg: Any) -> Any:
+        return self._answer("send", msg)
+
+
+def answer(monkeypatch: pytest.MonkeyPatch, *states: dict[str, Any] | Exception) -> Comms:
+    comms = Comms(*states)
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", comms, raising=False)
+    monkeypatch.setattr(kill_guard, "RETRY_PAUSE_SECONDS", 0.0)
+    return comms
+
+
+def query(map_index: int) -> dict[str, Any]:
+    return {"dag_id": "d", "task_ids": ["train"], "run_ids": ["r1"], "map_index": map_index}
 
 
 @pytest.mark.parametrize(
@@ -44,22 +67,44 @@ def answer(monkeypatch: pytest.MonkeyPatch, states: dict[str, Any] | Exception) 
         (-1, {"r1": {"train": None}}, False),  # Clear
         (3, {"r1": {"train_3": "deferred"}}, True),
         (3, {"r1": {"train": "deferred"}}, False),  # another map index's state is not this one's
-        (-1, RuntimeError("supervisor gone"), False),  # cannot tell: stop the workload
     ],
 )
 def test_the_task_state_decides(
     monkeypatch: pytest.MonkeyPatch, map_index: int, states: Any, handed_over: bool
 ) -> None:
-    asked = answer(monkeypatch, states)
+    comms = answer(monkeypatch, states)
     trigger = SimpleNamespace(task_instance=ti(map_index))
     assert asyncio.run(kill_guard.handed_over(trigger)) is handed_over
-    assert asked == [{"dag_id": "d", "task_ids": ["train"], "run_ids": ["r1"], "map_index": map_index}]
+    assert [(how, asked) for how, asked, _ in comms.asked] == [("asend", query(map_index))]
+
+
+def test_the_state_is_asked_in_the_event_loop_not_from_a_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On Airflow 3.2 a request from a thread races the loop's own on the supervisor channel and kills
+    the trigger runner; on 3.3 it waits for asgiref's one thread-sensitive executor, inside the 30 s
+    ``on_kill`` budget. The request goes out on the loop's thread, with ``asend``."""
+    comms = answer(monkeypatch, {"r1": {"train": "failed"}})
+    assert asyncio.run(kill_guard.handed_over(SimpleNamespace(task_instance=ti()))) is False
+    assert [(how, thread) for how, _, thread in comms.asked] == [("asend", threading.main_thread().name)]
+
+
+def test_a_failed_read_is_asked_again_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A supervisor hiccup must not destroy a workload another triggerer follows: one retry."""
+    comms = answer(monkeypatch, RuntimeError("supervisor busy"), {"r1": {"train": "deferred"}})
+    assert asyncio.run(kill_guard.handed_over(SimpleNamespace(task_instance=ti()))) is True
+    assert len(comms.asked) == 2
+
+
+def test_a_state_that_cannot_be_read_twice_stops_the_workload(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cannot tell: a person's Mark Failed must not leave a GPU running, billed."""
+    comms = answer(monkeypatch, RuntimeError("supervisor gone"))
+    assert asyncio.run(kill_guard.handed_over(SimpleNamespace(task_instance=ti()))) is False
+    assert len(comms.asked) == kill_guard.STATE_READS == 2
 
 
 def test_a_trigger_without_its_task_instance_is_killed(monkeypatch: pytest.MonkeyPatch) -> None:
-    asked = answer(monkeypatch, {})
+    comms = answer(monkeypatch, {})
     assert asyncio.run(kill_guard.handed_over(SimpleNamespace(task_instance=None))) is False
-    assert asked == []
+    assert comms.asked == []
 
 
 @pytest.mark.parametrize(("state", "terminated"), [("deferred", False), ("failed", True)])

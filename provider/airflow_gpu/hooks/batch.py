@@ -32,6 +32,8 @@ from airflow_gpu.utils.results import RESULT_MARKER, WorkloadOutput, read_output
 __all__ = ["DEFAULT_LOG_GROUP", "SPEC_HASH_TAG", "GPUBatchHook", "QueueOffer", "definition_hash"]
 
 _MISSING = object()
+#: Connection id -> its last good read in this process (``for_trigger``): a failed re-read keeps it.
+_LAST_READ: dict[str, Any] = {}
 #: Tag on a job definition revision: the hash of what was registered.
 SPEC_HASH_TAG = "airflow-gpu/spec-hash"
 DESCRIBE_JOBS_LIMIT = 100
@@ -64,15 +66,30 @@ class GPUBatchHook(BatchClientHook):
         a fetch from a thread races the event loop's own requests on that channel and kills the
         trigger runner ("Response read out of order"); 3.3 routes them through the loop. Reading it
         here, with ``aget_connection`` in the loop, keeps the threads off that channel on both.
+
+        A read that fails after a good one keeps that one (a warning says so): the supervisor answers
+        a transient error as "not found" (``ExecutionAPISecretsBackend`` returns None on any error
+        response, then ``aget_connection`` raises ``AirflowNotFoundException``), and taking it at
+        its word would run the poller on the triggerer's own boto3 credentials until ``HOOK_TTL``.
         """
         hook = cls(aws_conn_id=aws_conn_id, region_name=region_name)
         if aws_conn_id:
             from airflow.sdk.exceptions import AirflowNotFoundException
 
             try:
-                hook._prefetched = await cls.aget_connection(aws_conn_id)
-            except AirflowNotFoundException:
-                hook._prefetched = _MISSING  # boto3's own credential chain, as the hook does without one
+                hook._prefetched = _LAST_READ[aws_conn_id] = await cls.aget_connection(aws_conn_id)
+            except Exception as error:
+                previous = _LAST_READ.get(aws_conn_id)
+                if previous is not None:
+                    hook.log.warning(
+                        "Connection %s could not be read again (%s: %s); the one read before stays in use",
+                        aws_conn_id, type(error).__name__, error,
+                    )  # fmt: skip
+                    hook._prefetched = previous
+                elif isinstance(error, AirflowNotFoundException):
+                    hook._prefetched = _MISSING  # boto3's own credential chain, as the hook does without one
+                else:
+                    raise
         # The connection's extras are read (``extra_dejson``) when ``conn_config`` is built, and each
         # read masks them, telling the supervisor through the same channel; from a thread, on 3.2, that
         # is the race above. Built here in the loop (the telling is then skipped: it cannot block the

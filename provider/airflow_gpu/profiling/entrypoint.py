@@ -44,8 +44,9 @@ GROUP_GRACE_SECONDS = 10.0
 START_BUDGET_SECONDS = 10.0
 #: From the command's end to the profile printed: past this, exit with its code, without a profile.
 EXIT_BUDGET_SECONDS = 30.0
-#: How often the main thread looks in while the command runs, to run the handlers of signals that
-#: another thread took (``wait_for_child``): the longest a forwarded SIGTERM can be late.
+#: How often the main thread looks in while the command runs and while the samplers start or stop,
+#: to run the handlers of signals that another thread took (``wait_for_child``, ``join``): the
+#: longest a forwarded SIGTERM can be late.
 SIGNAL_CHECK_SECONDS = 0.05
 IMDS_ENDPOINT = "http://169.254.169.254"  # botocore's default for AWS_EC2_METADATA_SERVICE_ENDPOINT
 IMDS_POLL_SECONDS = 5.0  # AWS gives two minutes' notice; polling every 5 s is what it recommends
@@ -288,6 +289,19 @@ def wait_for_child(child: subprocess.Popen[bytes]) -> int:
         time.sleep(SIGNAL_CHECK_SECONDS)
 
 
+def join(thread: threading.Thread, timeout: float | None = None) -> None:
+    """``thread.join(timeout)`` in steps of ``SIGNAL_CHECK_SECONDS``, for the reason ``wait_for_child``
+    polls: a SIGTERM that a sampler thread took while the main thread waits here (the workload has
+    ended, its shell at least, and the samplers are starting or stopping) still reaches what is left
+    of the workload within the step, not once a hung start or stop has timed out."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while thread.is_alive():
+        step = SIGNAL_CHECK_SECONDS if deadline is None else min(SIGNAL_CHECK_SECONDS, deadline - time.monotonic())
+        if step <= 0:
+            return
+        thread.join(step)
+
+
 def wait_for_group(group: int, timeout: float) -> bool:
     """Until no process of the command's group is left (True), or ``timeout`` (False).
 
@@ -462,7 +476,7 @@ def main(argv: Sequence[str] | None = None, *, interval: float | None = None) ->
         starter.start()
         code = exit_code(wait_for_child(child))
         ended = time.time()
-        starter.join(START_BUDGET_SECONDS)
+        join(starter, START_BUDGET_SECONDS)
         with handover:
             if not started_parts:
                 late.set()
@@ -475,7 +489,12 @@ def main(argv: Sequence[str] | None = None, *, interval: float | None = None) ->
         watchdog = threading.Timer(EXIT_BUDGET_SECONDS, os._exit, args=(code,))
         watchdog.daemon = True
         watchdog.start()
-        _stop_profiling(sampler, watcher, notes)
+        # In a thread of its own, for the signals (``join``): stopping a sampler joins its thread.
+        stopper = threading.Thread(
+            target=_stop_profiling, args=(sampler, watcher, notes), name="airflow-gpu-profiler-stop", daemon=True
+        )
+        stopper.start()
+        join(stopper)
         if forwarder.seen and not wait_for_group(child.pid, GROUP_GRACE_SECONDS):
             notes.append(f"processes of the command still ran {GROUP_GRACE_SECONDS:g} s after it was signalled")
         finish(

@@ -96,6 +96,12 @@ class ClusterConnection:
         runner ("Response read out of order"). ``aget_connection`` reads it in the loop; the hooks
         are then handed the extras (``connection_extras``) and read nothing. Re-read after
         ``EXTRAS_TTL``, so an edited connection reaches running triggers.
+
+        A re-read that fails keeps the extras read before: the supervisor answers a transient error
+        as "not found" (``ExecutionAPISecretsBackend.get_connection`` returns None on any error
+        response, and ``aget_connection`` then raises ``AirflowNotFoundException``), and taking
+        that for the truth would point every hook of the process at ``~/.kube/config`` (the
+        default connection's rule below) or fail the next delete (any other connection).
         """
         conn_id = self.kubernetes_conn_id
         if self.connection_extras is not None or not conn_id:
@@ -109,12 +115,19 @@ class ClusterConnection:
 
         try:
             connection = await BaseHook.aget_connection(conn_id)
-        except AirflowNotFoundException:
-            if conn_id != AsyncKubernetesHook.default_conn_name:
+        except Exception as error:
+            if fetched is not None:  # read before: keep that, and try again after the TTL
+                LOG.warning(
+                    "Connection %s could not be read again (%s: %s); its extras read %.0f s ago stay in use",
+                    conn_id, type(error).__name__, error, time.monotonic() - fetched[1],
+                )  # fmt: skip
+                _EXTRAS[conn_id] = (fetched[0], time.monotonic())
+                return
+            if not isinstance(error, AirflowNotFoundException) or conn_id != AsyncKubernetesHook.default_conn_name:
                 raise
             extras: dict[str, Any] = {}  # the hook's own rule: a missing default connection is an empty one
-        else:  # the raw extra: the read has masked its secrets already
-            extras = json.loads(connection.extra) if connection.extra else {}
+        else:
+            extras = await connection_extras(connection)
         _EXTRAS[conn_id] = (extras, time.monotonic())
 
     @contextlib.asynccontextmanager
@@ -123,6 +136,35 @@ class ClusterConnection:
         await self.prefetch()
         async with self.hook().get_conn() as api_client:
             yield api_client
+
+
+async def connection_extras(connection: Any) -> dict[str, Any]:
+    """The connection's extras, each secret in them masked, as ``Connection.extra_dejson`` has them.
+
+    The read masked the extra as one string only; ``extra_dejson`` also masks each value under a
+    sensitive key (``token`` in a ``kube_config`` extra, say), which a hook's log lines would
+    otherwise show. Masked with ``amask_secret`` where the SDK has it (3.3), which tells the
+    supervisor from the loop; ``mask_secret`` from the loop (3.2) masks here only, as the hook's
+    own read in the loop would. An extra that is not a JSON object is no extras, as for the hook.
+    """
+    from airflow.sdk import log as sdk_log
+
+    if not connection.extra:
+        return {}
+    try:
+        extras = json.loads(connection.extra)
+    except json.JSONDecodeError as error:
+        LOG.error("Connection %s: its extra is not valid JSON (%s); read as no extras", connection.conn_id, error)
+        return {}
+    if not isinstance(extras, dict):
+        LOG.error("Connection %s: its extra is JSON but not an object; read as no extras", connection.conn_id)
+        return {}
+    amask = getattr(sdk_log, "amask_secret", None)
+    if amask is not None:
+        await amask(extras)
+    else:
+        sdk_log.mask_secret(extras)
+    return extras
 
 
 def _api(client: Any, kind: str) -> tuple[Any, str]:

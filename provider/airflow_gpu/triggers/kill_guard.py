@@ -1,49 +1,72 @@
 """Whether a trigger's ``on_kill`` is a person's kill or a trigger moving to another triggerer.
 
-Airflow 3.3 calls ``on_kill`` when a person marks a deferred task failed or success, or clears it,
-so that a trigger can stop the work it follows (the official pod trigger deletes its pod). It calls
-it too, with the same cancel message, when a triggerer finds that a trigger it runs is no longer
-assigned to it (``TriggerRunnerSupervisor.update_triggers``: a triggerer whose heartbeat went
-stale comes back after another took its triggers over, apache/airflow#37180). Then the task is
-still DEFERRED and another triggerer follows the same pod or job: killing it would fail the task
-that the other triggerer is carrying on. A GPU trigger asks for the task's state first and stops
-its workload only when the task is no longer deferred, as the official triggers' ``safe_to_cancel``
-does for the cleanup path of older Airflow.
+In Airflow 3.3 (``airflow/jobs/triggerer_job_runner.py``) the trigger runner's ``cancel_triggers``
+cancels every trigger its supervisor queued with ``_USER_ACTION_CANCEL_MSG``, and ``run_trigger``
+calls ``on_kill`` for a trigger cancelled with that message (within ``[triggerer] on_kill_timeout``,
+30 s). The supervisor queues a trigger (``TriggerRunnerSupervisor.update_triggers``:
+``running_triggers - requested_trigger_ids``) whenever the database no longer assigns it to this
+triggerer. That is so when a person marks the deferred task failed or success, or clears it; and it
+is so as well when another triggerer has taken this one's triggers over (its heartbeat went stale,
+then it came back): the task is still DEFERRED and the other triggerer follows the same pod or
+job. Stopping the workload then would fail the task that the other triggerer is carrying on. So a
+GPU trigger asks for the task's state first and stops its workload only when the task is no longer
+deferred.
+
+When the state cannot be read, even on a second try, the workload is stopped. The official pod
+trigger's ``cleanup`` before Airflow 3.3 does the opposite ("Could not determine task state during
+cleanup; skipping pod deletion to be safe"). Here a person's Mark Failed must not leave a GPU
+running, billed; a hand-over that meets a supervisor unable to answer twice is the rarer case.
+
+The state is asked for in the event loop (``SUPERVISOR_COMMS.asend``), never from a thread: in an
+Airflow 3.2 triggerer a request from a thread races the loop's own and kills the trigger runner
+("Response read out of order"), and in 3.3 a thread would queue behind asgiref's one
+thread-sensitive executor inside the ``on_kill`` budget.
+
+One window is left: the states endpoint gives a task instance's state, not its try number. A task
+that is cleared while deferred and whose next try reaches DEFERRED before this trigger's ``on_kill``
+reads the state (a triggerer that is slow to act on the cancel) looks handed over: the old try's
+workload is spared and runs until it ends or is deleted.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 log = logging.getLogger(__name__)
 
 DEFERRED = "deferred"
+#: Reads of the task's state before the kill goes ahead without it, and the pause between them.
+STATE_READS, RETRY_PAUSE_SECONDS = 2, 0.5
 
 
 async def handed_over(trigger: Any) -> bool:
     """True when the trigger's task is still DEFERRED: this ``on_kill`` is a hand-over, not a kill.
 
-    False when the state says otherwise, or cannot be read (then the kill goes ahead: a person's
-    Mark Failed must not leave a GPU running, billed).
+    False when the state says otherwise, or cannot be read in two tries (then the kill goes ahead:
+    a person's Mark Failed must not leave a GPU running, billed).
     """
-    from asgiref.sync import sync_to_async
-
     ti = getattr(trigger, "task_instance", None)
     if ti is None:
         return False
-    try:
-        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
-
-        states = await sync_to_async(RuntimeTaskInstance.get_task_states)(
-            dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=ti.map_index
-        )
-    except Exception as error:
-        log.warning("Could not read the state of %s (%s: %s); stopping its workload", ti, type(error).__name__, error)
-        return False
+    states: dict[str, Any] | None = None
+    for attempt in range(1, STATE_READS + 1):
+        try:
+            states = await _task_states(ti)
+            break
+        except Exception as error:
+            last = attempt == STATE_READS
+            log.warning(
+                "Could not read the state of %s (%s: %s); %s",
+                ti, type(error).__name__, error, "stopping its workload" if last else "asking again",
+            )  # fmt: skip
+            if last:
+                return False
+            await asyncio.sleep(RETRY_PAUSE_SECONDS)
     # The states endpoint suffixes a mapped task's key with its map index.
     key = f"{ti.task_id}_{ti.map_index}" if ti.map_index is not None and ti.map_index >= 0 else ti.task_id
-    state = (states.get(ti.run_id) or {}).get(key)
+    state = ((states or {}).get(ti.run_id) or {}).get(key)
     if str(getattr(state, "value", state)) == DEFERRED:
         log.warning(
             "%s is still deferred: this trigger moved to another triggerer, which follows its workload; "
@@ -52,3 +75,19 @@ async def handed_over(trigger: Any) -> bool:
         )
         return True
     return False
+
+
+async def _task_states(ti: Any) -> dict[str, Any]:
+    """``RuntimeTaskInstance.get_task_states`` for this task instance, asked in the event loop."""
+    from airflow.sdk.execution_time import task_runner
+    from airflow.sdk.execution_time.comms import GetTaskStates
+
+    comms = getattr(task_runner, "SUPERVISOR_COMMS", None)
+    if comms is None:
+        raise RuntimeError("no supervisor to ask (not in a triggerer)")
+    request = GetTaskStates(dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=ti.map_index)
+    response = await comms.asend(request)
+    states = getattr(response, "task_states", None)
+    if not isinstance(states, dict):
+        raise RuntimeError(f"unexpected answer {type(response).__name__}")
+    return states
