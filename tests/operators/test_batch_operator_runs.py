@@ -249,3 +249,27 @@ def test_a_deferral_past_execution_timeout_terminates_its_job_and_closes_the_try
         resumed.resume_execution(TRIGGER_FAIL_REPR, failure, {"ti": Ti(), "task_state_store": store})  # type: ignore[arg-type]
     job = wait_for(lambda: (j := described(emulator)[0])["status"] == "FAILED" and j, timeout=60, what="the stop")
     assert job["statusReason"] == KILLED[1] and store[STATE_KEY]["open"] is False
+
+
+def test_a_job_whose_log_group_does_not_exist_fails_at_once_naming_it(aws_default_connection: BatchEmulator) -> None:
+    """Behaviour 6 of the real-cluster issue: a job definition that names a log group nobody created
+    cannot start its container anywhere (``CannotStartContainerError: ... log group does not exist``,
+    as ECS words it). One submission, then the task fails with that reason: no spot resubmissions,
+    no on-demand fallback."""
+    emulator = aws_default_connection
+    arn = emulator.client("batch").register_job_definition(
+        jobDefinitionName="no-group",
+        type="container",
+        containerProperties={
+            "image": "busybox",
+            "resourceRequirements": [{"type": "VCPU", "value": "1"}, {"type": "MEMORY", "value": "1024"}],
+            "logConfiguration": {"logDriver": "awslogs", "options": {"awslogs-group": "/never/created"}},
+        },
+    )["jobDefinitionArn"]
+    ti = Ti()
+    with pytest.raises(Exception, match="could not start as configured.*log group does not exist") as raised:
+        operator(job_definition=arn).execute({"ti": ti, "task_state_store": Store()})
+    assert "not resubmitted" in str(raised.value)
+    (job,) = described(emulator)
+    assert job["status"] == "FAILED" and job["jobQueue"].endswith("/gpu-spot")
+    assert ti.xcom.get("gpu_interruptions", []) == []

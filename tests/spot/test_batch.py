@@ -63,6 +63,60 @@ def test_attempts(shape: dict[str, Any], outcome: Outcome, reason: str, interrup
     assert (got.outcome, got.reason, got.interrupted) == (outcome, reason, interrupted)
 
 
+#: Container reasons of attempts that never started, as ECS/containerd word them (the ECS "Stopped tasks
+#: error codes" and "CannotPullContainer task errors" pages): the job's own configuration, which no
+#: other host fixes, against what another host or a later pull may well not meet.
+START_FAILURES = [
+    (
+        "CannotStartContainerError: Error response from daemon: failed to initialize logging driver: failed to "
+        "create Cloudwatch log stream: ResourceNotFoundException: The specified log group does not exist.",
+        False,
+    ),
+    (
+        "ResourceInitializationError: unable to pull secrets or registry auth: execution resource retrieval "
+        "failed: unable to retrieve secret from asm: service call has been retried 1 time(s): "
+        "ResourceNotFoundException: Secrets Manager can't find the specified secret.",
+        False,
+    ),
+    (
+        "ResourceInitializationError: unable to pull secrets or registry auth: execution resource retrieval "
+        "failed: unable to retrieve secret from asm: service call has been retried 1 time(s): AccessDeniedException",
+        False,
+    ),
+    (
+        'CannotPullContainerError: ref pull has been retried 1 time(s): failed to resolve reference "123456789012'
+        '.dkr.ecr.us-east-1.amazonaws.com/train:v9": 123456789012.dkr.ecr.us-east-1.amazonaws.com/train:v9: not found',
+        False,
+    ),
+    ("CannotPullContainerError: invalid reference format", False),
+    (
+        "CannotStartContainerError: Error response from daemon: failed to create shim task: OCI runtime create "
+        'failed: runc create failed: unable to start container process: exec: "trian.py": executable file not '
+        "found in $PATH: unknown",
+        False,
+    ),
+    (
+        "CannotPullContainerError: ref pull has been retried 5 time(s): failed to copy: httpReadSeeker: failed "
+        "open: failed to do request: Get https://prod-us-east-1-starport-layer-bucket.s3.amazonaws.com/: dial "
+        "tcp 52.216.0.1:443: i/o timeout",
+        True,
+    ),
+    ("CannotPullContainerError: toomanyrequests: You have reached your pull rate limit.", True),
+    ("CannotStartContainerError: Error response from daemon: no space left on device", True),
+    ("CannotStartContainerError: bind for 0.0.0.0:8080 failed: port is already allocated", True),
+    ("DockerTimeoutError: Could not transition to started; timed out after waiting 3m0s", True),
+    ("ResourceInitializationError: failed to create new container runtime task: context deadline exceeded", True),
+]
+
+
+@pytest.mark.parametrize(("reason", "transient"), START_FAILURES)
+def test_a_start_failure_is_resubmitted_only_when_another_try_may_start(reason: str, transient: bool) -> None:
+    """Behaviour 6 of the real-cluster issue: a deterministic configuration problem fails at once,
+    naming its reason; only host-level and network causes are resubmitted."""
+    got = classify_attempt(attempt("Task failed to start", reason=reason))
+    assert (got.outcome, got.message, got.interrupted) == (Outcome.INFRASTRUCTURE, reason, transient)
+
+
 def interrupted(job: dict[str, Any]) -> int:
     return sum(1 for a in classify_attempts(job) if a.interrupted)
 

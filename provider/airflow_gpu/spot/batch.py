@@ -17,6 +17,7 @@ outcomes are ``airflow_gpu.spot.classifier``'s, so ``next_step`` decides for bot
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -37,6 +38,43 @@ INFRASTRUCTURE_REASONS: dict[str, bool] = {  # reason -> transient
     "DockerTimeoutError": True,
     "TaskFailedToStart": True,
 }
+#: Container-reason texts of a start failure that the job's own configuration causes: running it
+#: again, on this host or any other, fails the same way, so it is never resubmitted. The shapes are
+#: ECS's and containerd's, as Batch passes them on (DESIGN.md: AWS Batch facts; the ECS "Stopped
+#: tasks error codes" and "CannotPullContainer task errors" pages): a log group that does not
+#: exist, a secret or parameter that is missing or not readable by the execution role, an image
+#: reference that does not resolve or may not be pulled, a command that is not in the image.
+CONFIGURATION_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
+    re.compile(pattern, re.IGNORECASE)
+    for pattern in (
+        r"log group does not exist",
+        r"failed to (?:initialize logging driver|validate logger args).*(?:ResourceNotFoundException|AccessDenied)",
+        r"unable to (?:pull|retrieve) secrets?.*(?:ResourceNotFoundException|AccessDenied|ParameterNotFound"
+        r"|InvalidParameter|ValidationException)",
+        r"ParameterNotFound",
+        r"invalid reference format",
+        r"manifest (?:unknown|for .* not found)",
+        r"repository (?:does not exist|.* not found)",
+        r"pull access denied",
+        r"no basic auth credentials",
+        r"failed to resolve reference .*(?:not found|403 Forbidden|401 Unauthorized)",
+        r"executable file not found in \$PATH",
+        r"exec format error",
+        r"starting container process caused.*no such file or directory",
+    )
+)
+#: Texts of a pull failure that the network or the registry's load causes, not the reference.
+TRANSIENT_PULL_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
+    re.compile(pattern, re.IGNORECASE)
+    for pattern in (
+        r"i/o timeout",
+        r"context deadline exceeded",
+        r"connection reset",
+        r"toomanyrequests|too many requests|rate limit",
+        r"(?:500|502|503|504) (?:Internal Server Error|Bad Gateway|Service Unavailable|Gateway Timeout)",
+        r"net/http: request canceled",
+    )
+)
 #: Status reasons of a job cancelled because it could not get capacity: ours (``CancelJob`` past
 #: ``capacity_timeout``) and the queue's ``jobStateTimeLimitActions``.
 CAPACITY_CANCEL_PREFIX = "airflow-gpu: no capacity"
@@ -83,6 +121,19 @@ def is_reclaim(status_reason: str | None) -> bool:
     return bool(status_reason) and str(status_reason).startswith(RECLAIM_PREFIX)
 
 
+def start_failure_is_transient(reason: str) -> bool:
+    """Whether a container that could not start (``CannotStartContainerError: ...``) may start when
+    submitted again: not when its configuration is the cause (``CONFIGURATION_PATTERNS``), nor for a
+    pull failure unless the network or the registry's load caused it; a host-level cause (a timeout
+    of the container runtime, a full disk, a port another task holds) is worth another host."""
+    if any(pattern.search(reason) for pattern in CONFIGURATION_PATTERNS):
+        return False
+    kind = reason.split(":", 1)[0]
+    if kind == "CannotPullContainerError":
+        return any(pattern.search(reason) for pattern in TRANSIENT_PULL_PATTERNS)
+    return INFRASTRUCTURE_REASONS.get(kind, False)
+
+
 def classify_attempt(attempt: Mapping[str, Any]) -> Classification:
     """What ended one attempt (an item of ``attempts[]``)."""
     container = attempt.get("container") or {}
@@ -93,7 +144,7 @@ def classify_attempt(attempt: Mapping[str, Any]) -> Classification:
         return Classification(Outcome.PREEMPTED, "SpotReclaim", status_reason, exit_code, transient=True)
     kind = reason.split(":", 1)[0]
     if kind in INFRASTRUCTURE_REASONS:
-        return Classification(Outcome.INFRASTRUCTURE, kind, reason, exit_code, INFRASTRUCTURE_REASONS[kind])
+        return Classification(Outcome.INFRASTRUCTURE, kind, reason, exit_code, start_failure_is_transient(reason))
     if kind == "OutOfMemoryError":
         return Classification(Outcome.APPLICATION, "OutOfMemoryError", reason, exit_code)
     if exit_code == 0:

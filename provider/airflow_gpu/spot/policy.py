@@ -136,7 +136,11 @@ def next_step(
         )
     if result.outcome is Outcome.INFRASTRUCTURE:
         return Decision(
-            "fail", placement, f"the platform could not run the workload: {result.reason}: {result.message}"
+            "fail",
+            placement,
+            f"the workload could not start as configured ({result.message or result.reason}); not resubmitted: "
+            "starting it again would fail the same way (check the image, the command, and the secrets, "
+            "volumes and log configuration it names)",
         )
     if result.outcome is Outcome.DELETED:
         return Decision(
