@@ -221,3 +221,59 @@ def test_several_batch_nodes_on_a_spot_queue_fail_before_anything_is_submitted(
     with pytest.raises(AirflowFailException, match="gpu-spot is Spot only"):
         op.execute({"ti": Ti(), "run_id": "r", "task_state_store": None})  # type: ignore[arg-type]
     assert aws_default_connection.jobs() == []
+
+
+# --- the local target and the worker's GPUs ------------------------------------------------------
+
+
+def worker_with(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, count: int) -> None:
+    """This worker as the NVIDIA container toolkit leaves it: ``count`` emulated L4s behind the
+    driver's ``nvidia-smi`` (none: no ``nvidia-smi`` at all). No driver here, so NVML finds none."""
+    from airflow_gpu.testing import gpus
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    bare = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if not (Path(p) / "nvidia-smi").exists())
+    if not count:
+        monkeypatch.setenv("PATH", bare)
+        return
+    env = gpus.install(gpus.devices("L4", list(range(count)), "worker"), tmp_path / "gpus")
+    monkeypatch.setenv("PATH", env[gpus.SMI_DIR_ENV] + os.pathsep + bare)
+
+
+def test_a_gpu_spec_is_refused_on_a_worker_without_gpus_never_trained_on_cpu(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The spec asked for an L4: hours of CPU training in its place is not what the DAG said. The
+    refusal comes before anything starts, and says what the worker sees and what to do instead."""
+    worker_with(monkeypatch, tmp_path, 0)
+    op = train(accelerator="L4")
+    with pytest.raises(AirflowFailException) as refused:
+        op.execute({"ti": Ti()})  # type: ignore[arg-type]
+    said = str(refused.value)
+    assert "accelerator L4 asks for 1 GPU(s)" in said and "can use 0" in said and "no NVIDIA driver" in said
+    assert "target='kubernetes'" in said and "target='batch'" in said and "accelerator=None" in said
+    assert op._runner.process is None  # no launcher was started
+
+
+def test_gpus_hidden_by_cuda_visible_devices_do_not_count(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Two GPUs in the machine, one of them given to this worker: a spec of two is refused, naming both."""
+    worker_with(monkeypatch, tmp_path, 2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    op = train(accelerator="L4:2")
+    seen = r"can use 1: nvidia-smi -L lists 2 GPU\(s\), CUDA_VISIBLE_DEVICES='1'"
+    with pytest.raises(AirflowFailException, match=seen):
+        op.execute({"ti": Ti()})  # type: ignore[arg-type]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # CUDA reads an empty list as no device
+    with pytest.raises(AirflowFailException, match=r"can use 0"):
+        train(accelerator="L4").execute({"ti": Ti()})  # type: ignore[arg-type]
+
+
+def test_a_worker_with_the_gpus_asked_for_launches_on_them(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from airflow_gpu.operators.accelerate_local import LocalTraining
+
+    worker_with(monkeypatch, tmp_path, 2)
+    op = train(accelerator="L4:2")
+    local = LocalTraining(op.launch, {}, gpu_profile=False, interval=1.0, log=op.log)
+    prepared = local._prepared()
+    assert prepared.gpus_per_machine == 2 and "--multi_gpu" in prepared.argv() and "--cpu" not in prepared.argv()
+    assert prepared.environment() == {}  # not ACCELERATE_USE_CPU

@@ -182,10 +182,6 @@ class AccelerateLaunch(BaseModel):
         script = shlex.join(self.argv(machine_rank=rank, main_process_ip=address))
         return ["/bin/sh", "-c", "exec " + script.replace(rank, machine_rank).replace(address, main_process_ip)]
 
-    def on_cpu(self) -> AccelerateLaunch:
-        """The same launch on a machine without GPUs (a laptop, a CPU worker): as many processes, over gloo."""
-        return self.model_copy(update={"accelerator": None, "num_processes": self.total_processes})
-
     def environment(self) -> dict[str, str]:
         """What the launcher needs beside its flags: CPU processes over gloo."""
         return {"ACCELERATE_USE_CPU": "1"} if self.gpus_per_machine == 0 else {}

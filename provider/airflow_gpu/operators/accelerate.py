@@ -3,8 +3,8 @@
 One launch model (``accelerators.accelerate.AccelerateLaunch``) renders ``accelerate launch`` and
 refuses at DAG parse time what could only fail on the GPUs; the target decides where it runs:
 
-* ``local``: a subprocess on the worker (``operators.accelerate_local``), CPU processes over gloo
-  when the worker has no GPU, so the same DAG trains on a laptop;
+* ``local``: a subprocess on the worker (``operators.accelerate_local``); a spec whose GPUs the
+  worker does not have fails at execute, and no accelerator trains on CPU processes over gloo;
 * ``kubernetes``: one machine is a ``GPUKubernetesOperator`` pod; several are an Indexed Job and a
   headless Service (``operators.accelerate_kubernetes``);
 * ``batch``: one machine is a ``GPUBatchOperator`` job; several are a multi-node parallel job

@@ -12,9 +12,11 @@ read from it as the other targets read their pod or job log (``utils.results.rea
 GPUs are sampled in this process (NVML, else nvidia-smi) while the launcher runs, and the profile
 is built by the same code as the containers' entrypoint.
 
-A worker without a GPU trains on CPU (gloo) with as many processes, as Metaflow's local runs ignore
-``@resources``: the DAG that trains on 8 H100s on the cluster runs on a laptop. A worker with
-fewer GPUs than the spec asks for fails before anything starts.
+A spec that asks for GPUs gets them or the task fails before anything starts: a worker that sees
+fewer (none at all included) is refused with what it sees (``CUDA_VISIBLE_DEVICES``, NVML's or
+``nvidia-smi``'s count), never quietly trained on CPU for hours where the spec asked for H100s. The
+check runs at execute time, on the worker: parsing the DAG file cannot see the worker's GPUs. Train
+on CPU (gloo, as many processes) by giving no ``accelerator``.
 """
 
 from __future__ import annotations
@@ -107,8 +109,13 @@ def _running(process: Any) -> bool:
         return False
 
 
-def visible_gpus() -> int:
-    """NVIDIA GPUs this worker can use: NVML's count, else ``nvidia-smi -L``, else none."""
+def gpu_census() -> tuple[int, str]:
+    """NVIDIA GPUs this worker can use, and how that was seen (for a refusal's message).
+
+    NVML's device count, else ``nvidia-smi -L``'s, else none; then ``CUDA_VISIBLE_DEVICES`` as CUDA
+    reads it: the entries before the first invalid one (empty, negative), at most as many as there
+    are devices.
+    """
     try:
         import pynvml  # type: ignore[import-untyped]
 
@@ -117,18 +124,29 @@ def visible_gpus() -> int:
             count = int(pynvml.nvmlDeviceGetCount())
         finally:
             pynvml.nvmlShutdown()
-    except Exception:
+        seen = f"NVML counts {count} GPU(s)"
+    except Exception as error:
         try:
             listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=False)
-        except (OSError, subprocess.TimeoutExpired):
-            return 0
-        count = sum(line.startswith("GPU ") for line in listed.stdout.splitlines()) if listed.returncode == 0 else 0
+        except (OSError, subprocess.TimeoutExpired) as smi_error:
+            return 0, f"no NVIDIA driver (NVML: {error or type(error).__name__}; nvidia-smi: {smi_error})"
+        if listed.returncode != 0:
+            said = (listed.stdout or listed.stderr).strip().splitlines()[:1]
+            return 0, f"no NVIDIA driver (NVML: {error or type(error).__name__}; nvidia-smi -L: {' '.join(said)})"
+        count = sum(line.startswith("GPU ") for line in listed.stdout.splitlines())
+        seen = f"nvidia-smi -L lists {count} GPU(s)"
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:  # a worker pinned to some of the host's GPUs: CUDA stops at the first invalid entry
-        entries = [d.strip() for d in visible.split(",")]
-        usable = next((i for i, d in enumerate(entries) if not d or d.startswith("-")), len(entries))
-        count = min(count, usable)
-    return count
+    if visible is None:
+        return count, f"{seen}, CUDA_VISIBLE_DEVICES is not set"
+    # a worker pinned to some of the host's GPUs: CUDA stops at the first invalid entry
+    entries = [d.strip() for d in visible.split(",")]
+    usable = next((i for i, d in enumerate(entries) if not d or d.startswith("-")), len(entries))
+    return min(count, usable), f"{seen}, CUDA_VISIBLE_DEVICES={visible!r}"
+
+
+def visible_gpus() -> int:
+    """NVIDIA GPUs this worker can use (``gpu_census``'s count)."""
+    return gpu_census()[0]
 
 
 class LocalTraining:
@@ -141,25 +159,21 @@ class LocalTraining:
         self._killed = threading.Event()
 
     def _prepared(self) -> AccelerateLaunch:
-        """The launch for this worker's GPUs: as asked, on CPU when there are none, refused when too few."""
+        """The launch as asked, once the worker is seen to have the GPUs it asks for; CPU only when
+        the spec asks for no accelerator (the launch is then on CPU already)."""
         wanted = self.launch.gpus_per_machine
         if not wanted:
             return self.launch
-        found = visible_gpus()
+        found, seen = gpu_census()
         if found >= wanted:
             return self.launch
-        if found:
-            raise AirflowFailException(
-                f"accelerator {self.launch.accelerator} needs {wanted} GPU(s) on the worker; it has {found}"
-            )
-        launch = self.launch.on_cpu()
-        if launch.mixed_precision in ("fp16", "fp8"):
-            launch = launch.model_copy(update={"mixed_precision": "no"})
-        self.log.warning(
-            "No GPU on this worker: training on CPU with %d process(es) over gloo (mixed precision %s)",
-            launch.total_processes, launch.mixed_precision,
-        )  # fmt: skip
-        return launch
+        raise AirflowFailException(
+            f"accelerator {self.launch.accelerator} asks for {wanted} GPU(s) on this worker "
+            f"({os.uname().nodename}); it can use {found}: {seen}. target='local' runs on the worker itself "
+            "and does not train on CPU in place of the GPUs asked for. Run it on the GPUs with "
+            "target='kubernetes' or target='batch', give a worker that has them (a queue of GPU workers), "
+            "or train on CPU by giving no accelerator (accelerator=None)."
+        )
 
     def command(self, launch: AccelerateLaunch) -> list[str]:
         """``accelerate launch`` from this interpreter's environment, whether or not its bin is on PATH."""
