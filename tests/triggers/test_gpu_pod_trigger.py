@@ -345,6 +345,35 @@ def test_mark_failed_deletes_every_pod_of_the_try_the_trigger_may_have_made(
     wait_for(lambda: pod_names(api) == {"marked-next-try"}, 30)
 
 
+def test_mark_failed_under_throttling_deletes_the_running_pod_within_the_triggerers_on_kill_budget(
+    kubernetes_emulator: KubernetesEmulator,
+) -> None:
+    """The API server throttles every delete once (429, ``Retry-After: 8``), and cncf-kubernetes' retry waits
+    it out. One delete at a time, in name order, the pod the trigger waits on (``-r3``, sorted last) would be
+    reached past the 30 s of ``[triggerer] on_kill_timeout``, after which the triggerer gives up on ``on_kill``:
+    the running pod stays, billed. All at once, it goes within one wait."""
+    from airflow_gpu.testing.polling import wait_for
+
+    api = core(kubernetes_emulator)
+    plan = spot_argument("throttled", max_interruptions=3)
+    names = ["throttled", "throttled-r1", "throttled-r2", "throttled-r3"]
+    for name in names:  # pods of this try that had not ended (creates a twin trigger made, say)
+        first_pod(api, plan, name, "sleep 600")
+    arguments = trigger(kubernetes_emulator, "throttled-r3", termination_grace_period=0).serialize()[1]
+    t = GPUPodTrigger(**{**arguments, "gpu_spot": plan})
+    throttled = kubernetes_emulator.inject_api_fault(verb="delete", resource="pods", retry_after=8, times=len(names))
+
+    async def body() -> None:
+        waiting = asyncio.create_task(first_event(t))
+        await asyncio.sleep(1)
+        waiting.cancel()  # as the triggerer does, before it calls on_kill within its budget
+        await asyncio.wait_for(t.on_kill(), 30)  # [triggerer] on_kill_timeout's default
+
+    asyncio.run(body())
+    assert throttled.hits == len(names)
+    wait_for(lambda: not pod_names(api), 30)
+
+
 def test_before_airflow_3_3_cleanup_on_mark_failed_deletes_every_pod_of_the_try(
     kubernetes_emulator: KubernetesEmulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -217,6 +217,31 @@ def test_mark_failed_deletes_the_job_and_its_service(kubernetes_emulator: Kubern
     assert not api["core"].list_namespaced_service("default").items
 
 
+def test_mark_failed_under_throttling_deletes_the_current_job_within_the_triggerers_on_kill_budget(
+    kubernetes_emulator: KubernetesEmulator,
+) -> None:
+    """Every delete is throttled once (429, ``Retry-After: 8``) and waited out by cncf-kubernetes' retry. One
+    object at a time in name order, the current Job (``-r2``, sorted last) would be reached past the 30 s of
+    ``[triggerer] on_kill_timeout`` and run on, billed; all at once, it goes within one wait."""
+    names = ["train-slow", "train-slow-r1", "train-slow-r2"]
+    for name in names:  # Jobs of this try that had not ended (a twin trigger's, say)
+        submit(kubernetes_emulator, arguments(kubernetes_emulator, name, "sleep 600"))
+    trigger = GPUTrainingJobTrigger(**arguments(kubernetes_emulator, "train-slow-r2", "sleep 600"))
+    throttled = kubernetes_emulator.inject_api_fault(verb="delete", retry_after=8, times=2 * len(names))
+
+    async def body() -> None:
+        waiting = asyncio.create_task(final_event(trigger))
+        await asyncio.sleep(1)
+        waiting.cancel()  # as the triggerer does, before it calls on_kill within its budget
+        await asyncio.wait_for(trigger.on_kill(), 30)  # [triggerer] on_kill_timeout's default
+
+    asyncio.run(body())
+    assert throttled.hits == 2 * len(names)  # each Job and each Service once
+    api = clients(kubernetes_emulator)
+    wait_for(lambda: not api["batch"].list_namespaced_job("default").items, 30, "the Jobs to go")
+    assert not api["core"].list_namespaced_service("default").items
+
+
 def test_a_job_deleted_by_someone_else_ends_the_run_as_deleted(kubernetes_emulator: KubernetesEmulator) -> None:
     given = arguments(kubernetes_emulator, "train-gone", "sleep 600")
     submit(kubernetes_emulator, given)

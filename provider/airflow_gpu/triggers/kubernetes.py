@@ -144,13 +144,19 @@ class GPUPodTrigger(PodCarryOn, KubernetesPodTrigger):
             names |= {p["metadata"]["name"] for p in running if not p["metadata"].get("deletionTimestamp")}
         except Exception as error:  # the current pod goes in any case
             self.log.warning("Could not list this task try's pods (%s: %s)", type(error).__name__, error)
-        for name in sorted(names):
-            self.log.info("Deleting pod %s in namespace %s.", name, self.pod_namespace)
-            try:
-                await cluster.delete(self.watch.connection, "pods", self.pod_namespace, name,
-                                     grace_period_seconds=self.termination_grace_period)  # fmt: skip
-            except Exception:
-                self.log.exception("Could not delete pod %s", name)
+        # All at once, the pod waited on first: each delete may be throttled and retried (429 with
+        # Retry-After, up to 5 tries), and one at a time they could outlast ``[triggerer] on_kill_timeout``
+        # before the running pod, the billed one, is reached.
+        ordered = [self.pod_name, *sorted(names - {self.pod_name})]
+        await asyncio.gather(*(self._delete_pod(name) for name in ordered))
+
+    async def _delete_pod(self, name: str) -> None:
+        self.log.info("Deleting pod %s in namespace %s.", name, self.pod_namespace)
+        try:
+            await cluster.delete(self.watch.connection, "pods", self.pod_namespace, name,
+                                 grace_period_seconds=self.termination_grace_period)  # fmt: skip
+        except Exception:
+            self.log.exception("Could not delete pod %s", name)
 
     @cached_property
     def watch(self) -> SharedPodWatch:

@@ -329,13 +329,20 @@ class GPUTrainingJobTrigger(BaseTrigger):
             names |= {o["metadata"]["name"] for o in await self._objects()}
         except Exception as error:  # the current Job goes in any case
             self.log.warning("Could not list this try's training Jobs (%s)", error)
-        for name in sorted(names):
+        # All at once, the current Job first: each delete may be throttled and retried (429 with Retry-After,
+        # up to 5 tries), and one at a time they could outlast ``[triggerer] on_kill_timeout`` before the
+        # running Job, the billed one, is reached.
+        ordered = [self.current, *sorted(names - {self.current})]
+        for name in ordered:
             self.log.info("Deleting training Job %s/%s and its Service", self.namespace, name)
-            for plural, options in (("jobs", {"propagation_policy": "Foreground"}), ("services", {})):
-                try:
-                    await cluster.delete(self.connection, plural, self.namespace, name, **options)
-                except Exception:
-                    self.log.exception("Could not delete %s %s", plural[:-1], name)
+        await asyncio.gather(*(self._delete_object(kind, name) for name in ordered for kind in ("jobs", "services")))
+
+    async def _delete_object(self, plural: str, name: str) -> None:
+        options = {"propagation_policy": "Foreground"} if plural == "jobs" else {}
+        try:
+            await cluster.delete(self.connection, plural, self.namespace, name, **options)
+        except Exception:
+            self.log.exception("Could not delete %s %s", plural[:-1], name)
 
     async def cleanup(self) -> None:
         """Before Airflow 3.3 the triggerer calls only this, also on a restart: the Job goes only when the
