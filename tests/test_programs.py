@@ -49,9 +49,11 @@ def stand_in(directory: Path, name: str, script: str) -> None:
 def test_the_suite_and_the_tool_read_the_same_rows(tool: dict[str, Any]) -> None:
     rows = tool["needed"]("test")
     assert {Path(row.name).name: row.package for row in rows if row.kind != "python"} == programs.declared("test")
-    # the browser tests' browser; the Kubernetes emulator's tmpfs volumes; the e2e stack's PostgreSQL
+    # the browser tests' browser; kubectl against the emulator; the Kubernetes emulator's tmpfs volumes; the
+    # e2e stack's PostgreSQL
     assert programs.declared("test") == {
-        "chromium": "chromium", "mount": "mount", "umount": "mount", "initdb": "postgresql", "pg_ctl": "postgresql",
+        "chromium": "chromium", "kubectl": "kubernetes-client", "mount": "mount", "umount": "mount",
+        "initdb": "postgresql", "pg_ctl": "postgresql",
     }  # fmt: skip
     assert {row.check for row in tool["needed"]("venv")} == {"python:ensurepip"}
     for row in tool["read"]():
@@ -99,7 +101,7 @@ def test_base_programs_come_from_debian_essential_packages() -> None:
 
 def test_a_program_a_fresh_machine_lacks_is_named_and_python_is_not() -> None:
     started = programs.Started
-    assert programs.outside_the_install(started("t", "/usr/bin/kubectl", ["kubectl", "get", "pods"])) is not None
+    assert programs.outside_the_install(started("t", "/usr/bin/helm", ["helm", "list"])) is not None
     assert programs.outside_the_install(started("t", "/bin/sh", ["/bin/sh", "-c", "true"])) is None
     assert programs.outside_the_install(started("t", sys.executable, [sys.executable])) is None
     assert programs.outside_the_install(started("t", "/opt/python3.8/bin/python3.8", ["python3.8"])) is None

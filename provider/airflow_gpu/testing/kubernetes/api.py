@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from airflow_gpu.testing.kubernetes import config_data, paging, pod_exec
+from airflow_gpu.testing.kubernetes import config_data, paging, pod_exec, protobuf, tables
 from airflow_gpu.testing.kubernetes import patch as patching
 from airflow_gpu.testing.kubernetes.api_faults import RESET, ApiCall, ApiFault
 from airflow_gpu.testing.kubernetes.cluster import NodeSpec
@@ -166,8 +166,15 @@ def _matcher(request: web.Request) -> Any:
     return lambda obj: labels(obj["metadata"].get("labels") or {}) and fields(obj)
 
 
+def _table(request: web.Request) -> bool:
+    """Whether ``kubectl get`` asked for server-side Table output (``tables``)."""
+    return tables.wants_table(request.headers.get("Accept"))
+
+
 async def _body(request: web.Request) -> Any:
     raw = await request.read()
+    if raw and request.content_type == protobuf.CONTENT_TYPE:  # typed kubectl create (``protobuf``)
+        return protobuf.decode(raw)
     return json.loads(raw) if raw else {}
 
 
@@ -197,7 +204,7 @@ async def api_groups(request: web.Request) -> web.Response:
 CATEGORIES = {"pods": ["all"], "services": ["all"], "jobs": ["all"]}
 SHORT_NAMES = {
     "pods": ["po"], "services": ["svc"], "nodes": ["no"], "namespaces": ["ns"], "events": ["ev"],
-    "serviceaccounts": ["sa"],
+    "serviceaccounts": ["sa"], "resourcequotas": ["quota"], "limitranges": ["limits"],
 }  # fmt: skip
 #: Kinds whose storage has no ``DeleteCollection``: the namespace registry does not offer it.
 NO_DELETE_COLLECTION = frozenset({"namespaces"})
@@ -272,16 +279,19 @@ async def list_or_watch(request: web.Request) -> web.StreamResponse:
             resource.plural, namespace, matches if selected else None, limit if limit > 0 else 1 << 62, token
         )
         text = paging.list_body(f"{resource.kind}List", resource.api_version, page)
+        if _table(request):
+            return _json(tables.from_list(resource.plural, json.loads(text), request.query.get("includeObject")))
         return web.Response(text=text, content_type="application/json")
     items = state.store.list(resource.plural, namespace, matches)
-    return _json(
-        {
-            "kind": f"{resource.kind}List",
-            "apiVersion": resource.api_version,
-            "metadata": {"resourceVersion": state.store.resource_version},
-            "items": items,
-        }
-    )
+    listing = {
+        "kind": f"{resource.kind}List",
+        "apiVersion": resource.api_version,
+        "metadata": {"resourceVersion": state.store.resource_version},
+        "items": items,
+    }
+    if _table(request):
+        return _json(tables.from_list(resource.plural, listing, request.query.get("includeObject")))
+    return _json(listing)
 
 
 async def _watch(
@@ -311,6 +321,7 @@ async def _watch(
     deadline = loop.time() + timeout
     next_bookmark = loop.time() + state.bookmark_seconds
     sent, cut_after = 0, request.get(CUT_AFTER)
+    as_table, include = _table(request), request.query.get("includeObject")
 
     async def bookmark() -> None:
         mark: dict[str, Any] = {"kind": resource.kind, "apiVersion": resource.api_version}
@@ -333,6 +344,8 @@ async def _watch(
                 _cut(request)
                 break
             event, encoded = item  # the object as it was then, encoded once by the store
+            if as_table:
+                encoded = json.dumps(tables.from_object(resource.plural, json.loads(encoded), include))
             await response.write(f'{{"type":"{event}","object":{encoded}}}\n'.encode())
             sent += 1
         else:
@@ -371,6 +384,8 @@ async def create(request: web.Request) -> web.Response:
     elif resource.plural != "serviceaccounts":  # a ServiceAccount has neither either
         body.setdefault("spec", {})
         body.setdefault("status", {})
+        if resource.plural == "namespaces":  # the namespace registry's PrepareForCreate
+            body["status"] = {"phase": "Active"}
     if causes:
         raise invalid(resource.kind, str(metadata.get("name") or ""), causes)
     created = state.store.create(resource.plural, namespace, body)
@@ -388,7 +403,10 @@ def _key(request: web.Request) -> tuple[Resource, str, str]:
 
 async def get(request: web.Request) -> web.Response:
     resource, namespace, name = _key(request)
-    return _json(_state(request).store.get(resource.plural, namespace, name))
+    obj = _state(request).store.get(resource.plural, namespace, name)
+    if _table(request):
+        return _json(tables.from_object(resource.plural, obj, request.query.get("includeObject")))
+    return _json(obj)
 
 
 def _replace(state: ClusterState, resource: Resource, current: Obj, new: Obj, status_only: bool) -> Obj:

@@ -64,6 +64,8 @@ RESOURCES: dict[str, Resource] = {
         Resource("configmaps", "ConfigMap", "v1", True),
         Resource("secrets", "Secret", "v1", True),
         Resource("serviceaccounts", "ServiceAccount", "v1", True),
+        Resource("resourcequotas", "ResourceQuota", "v1", True),
+        Resource("limitranges", "LimitRange", "v1", True),
         Resource("jobs", "Job", "batch/v1", True),
     )
 }
