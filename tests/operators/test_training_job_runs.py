@@ -187,3 +187,48 @@ def test_the_same_try_creating_its_job_again_waits_out_the_one_being_deleted_and
     history.assert_one_at_a_time()
     owners = core.read_namespaced_service(name, "default").metadata.owner_references or []
     assert [(o.kind, o.name, o.uid) for o in owners] == [("Job", name, job.metadata.uid)]
+
+
+@pytest.mark.parametrize("nodes_readable", [True, False])
+def test_a_bug_in_one_rank_fails_the_training_once_though_its_peer_sat_on_a_cordoned_node(
+    kubernetes_default_connection: KubernetesEmulator, nodes_readable: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Behaviour 2 of the real-cluster issue. Rank 1 exits 1 (a bug); rank 0 runs on a node that was
+    cordoned meanwhile, and the Job controller (``backoffLimit: 0``) deletes it once the Job is judged.
+    The bug is what the task reports: one Job, no resubmission, Airflow's retries skipped as
+    ``retry_on_app_failure=False`` asks, no interruption recorded. Without ``get`` on ``nodes`` (every
+    node read answered 403, as RBAC does) the same, and the task log says once, at ERROR, what is lost."""
+    from airflow_gpu.spot import node_access
+
+    node_access._said.clear()
+    emulator, core = kubernetes_default_connection, apis(kubernetes_default_connection)[1]
+    if not nodes_readable:
+        emulator.inject_api_fault(verb="get", resource="nodes", status=403, times=None)
+    op = training(spot={"retry_on_app_failure": False})
+    ti, failure = Ti(1, dag_id="training_dag", run_id="manual__1"), []
+    ctx = {**context(1), "ti": ti}
+
+    def run() -> None:
+        try:
+            op.execute(ctx)  # type: ignore[arg-type]
+        except BaseException as error:  # handed to the test's thread
+            failure.append(error)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    job = wait_for(lambda: next(iter(jobs(emulator)), None), 60, "the training Job")
+    rank0, rank1 = running_rank(emulator, job, 0), running_rank(emulator, job, 1)
+    emulator.cordon(core.read_namespaced_pod(rank0, "default").spec.node_name)
+    emulator.finish(rank1, exit_code=1)
+    worker.join(120)
+    assert not worker.is_alive() and failure, "the training did not fail"
+    assert type(failure[0]).__name__ == "AirflowFailException", failure[0]
+    assert "the application failed" in str(failure[0]) and "exit code 1" in str(failure[0])
+    assert jobs(emulator) == [] or jobs(emulator) == [job]  # never a second Job
+    assert ti.xcom.get("gpu_interruptions", []) == []
+    said = [r for r in caplog.records if "cannot read node" in r.getMessage()]
+    if nodes_readable:
+        assert said == []
+    else:
+        assert [r.levelname for r in said if r.levelname == "ERROR"] == ["ERROR"]
+        assert "`get` on `nodes`" in said[0].getMessage()

@@ -11,6 +11,7 @@ message of a pod that never got any), and the delete of a pod left pending.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from typing import Any
 
@@ -19,9 +20,11 @@ from kubernetes.client.exceptions import ApiException
 
 from airflow_gpu.hooks.kubernetes import cluster_gpu_capacity, node_capacity_type
 from airflow_gpu.spot.classifier import node_stays
+from airflow_gpu.spot.node_access import say_nodes_unreadable
 from airflow_gpu.utils.kubernetes import to_dict
 from airflow_gpu.utils.results import WorkloadOutput, read_output
 
+LOG = logging.getLogger(__name__)
 #: Statuses worth asking again: throttled (API Priority and Fairness) or a server that failed.
 TRANSIENT = (429, 500, 502, 503, 504)
 
@@ -45,6 +48,8 @@ class ClusterReads:
                 if error.status in TRANSIENT and attempt < 2:
                     time.sleep(0.5 * (attempt + 1))  # backoff before asking the API server again
                     continue
+                if error.status in (401, 403):
+                    say_nodes_unreadable(LOG, node, error.status)
                 return None  # 403 (no `get nodes`): we cannot tell
             return node_stays(found)
         return None

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow_gpu.spot.classifier import Classification, Outcome, classify_deleted_pod, classify_pod
@@ -96,22 +97,118 @@ class JobPods:
         }
 
 
-def cause(pods: JobPods, node_stays: NodeStays) -> tuple[Classification, dict[str, Any] | None]:
-    """What ended the Job and the pod that tells it; (RUNNING, None) when no pod tells anything yet."""
-    found: list[tuple[Classification, dict[str, Any]]] = []
+@dataclass(frozen=True)
+class Candidate:
+    """One pod's account of the Job's end.
+
+    ``seen``: the pod itself says how it ended (a container's exit, a ``DisruptionTarget`` condition,
+    a kubelet's reason); otherwise it is inferred from its disappearance and its node's fate.
+    ``at``: when it ended (a container's ``finishedAt``, the condition's time, when its deletion
+    was asked for), None when nothing says.
+    """
+
+    result: Classification
+    pod: dict[str, Any]
+    seen: bool
+    at: datetime | None
+    node_known: bool
+
+
+def _time(value: Any) -> datetime | None:
+    """An API timestamp (RFC 3339, whole seconds) as an aware datetime; None if absent or not one."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def ended_at(pod: Mapping[str, Any]) -> datetime | None:
+    """When the pod's end began: its ``DisruptionTarget``'s time (a reclaim starts there, before its
+    containers' SIGTERM exits), else its containers' last ``finishedAt``, else when its deletion was
+    asked for (``deletionTimestamp`` is that moment plus the grace period)."""
+    status = pod.get("status") or {}
+    for condition in status.get("conditions") or []:
+        disrupted = condition.get("type") == "DisruptionTarget" and condition.get("status") == "True"
+        if disrupted and (at := _time(condition.get("lastTransitionTime"))):
+            return at
+    finished = [
+        at
+        for key in ("initContainerStatuses", "containerStatuses")
+        for container in status.get(key) or []
+        if (at := _time(((container.get("state") or {}).get("terminated") or {}).get("finishedAt")))
+    ]
+    if finished:
+        return max(finished)
+    metadata = pod.get("metadata") or {}
+    deletion = _time(metadata.get("deletionTimestamp"))
+    if deletion is None:
+        return None
+    return deletion - timedelta(seconds=int(metadata.get("deletionGracePeriodSeconds") or 0))
+
+
+def candidates(pods: JobPods, node_stays: NodeStays) -> list[Candidate]:
+    """Every pod's account of the end, where it has one."""
+    found: list[Candidate] = []
     for name, pod in pods.seen.items():
         node = node_of(pod)
-        if name in pods.gone:  # the controller deletes a failed Job's running ranks: only a node gone is a reclaim
-            result = classify_deleted_pod(pod, node_stays(node))
+        own = classify_pod(pod)
+        seen = own.outcome in CAUSE_ORDER and own.outcome not in (Outcome.UNKNOWN, Outcome.DELETED)
+        stays = None
+        if name in pods.gone and not seen:  # the controller deletes a failed Job's ranks: only a node gone is a reclaim
+            stays = node_stays(node)
+            result = classify_deleted_pod(pod, stays)
+        elif own.outcome is Outcome.RUNNING and node and (stays := node_stays(node)) is False:
+            result = classify_deleted_pod(pod, False)  # its node is going or went away without a word
         else:
-            result = classify_pod(pod)
-            if result.outcome is Outcome.RUNNING and node and node_stays(node) is False:
-                result = classify_deleted_pod(pod, False)  # its node went away without a word: a reclaim
+            result = own
         if result.outcome in CAUSE_ORDER:
-            found.append((result, pod))
+            found.append(
+                Candidate(result, pod, seen, ended_at(pod) if seen or name in pods.gone else None, stays is not None)
+            )
+    return found
+
+
+def cause(
+    pods: JobPods, node_stays: NodeStays, failed_at: datetime | None = None
+) -> tuple[Classification, dict[str, Any] | None]:
+    """What ended the Job and the pod that tells it; (RUNNING, None) when no pod tells anything yet.
+
+    The culprit is the earliest end that a pod itself reports (its container's exit, a
+    ``DisruptionTarget``): with ``backoffLimit: 0`` the Job controller deletes the healthy ranks the
+    moment one fails, and those deletions, or a peer that merely sits on a cordoned node, must not
+    turn a deterministic bug into a "spot interruption" that is resubmitted up to seven times. So a
+    rank whose end is only inferred (gone without a word, its node going) counts only when it ended
+    before every reported end and before the Job was judged failed (``failed_at``), and only when
+    its node could be read: without ``get nodes`` a guess never outranks a container's own exit. At
+    the same second (the API's timestamps have no finer grain) the most telling cause wins
+    (``CAUSE_ORDER``): a reclaimed rank explains the peer that then lost it. With no reported end at
+    all, the inferred ones decide, most telling first, as before.
+    """
+    found = candidates(pods, node_stays)
     if not found:
         return Classification(Outcome.RUNNING, "Running"), None
-    return min(found, key=lambda item: CAUSE_ORDER.index(item[0].outcome))
+
+    def rank(candidate: Candidate) -> tuple[datetime, int]:
+        return (candidate.at or datetime.max.replace(tzinfo=timezone.utc), CAUSE_ORDER.index(candidate.result.outcome))
+
+    reported = [c for c in found if c.seen]
+    if not reported:
+        best = min(found, key=lambda c: CAUSE_ORDER.index(c.result.outcome))
+        return best.result, best.pod
+    first = min(reported, key=rank)
+    earlier = [
+        c
+        for c in found
+        if not c.seen
+        and c.node_known
+        and c.at is not None
+        and (first.at is None or c.at < first.at)
+        and (failed_at is None or c.at < failed_at)
+    ]
+    best = min(earlier, key=rank) if earlier else first
+    return best.result, best.pod
 
 
 def _true_conditions(job: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
@@ -164,7 +261,7 @@ def job_end(
     reason, message = judged.get("reason") or "Failed", judged.get("message") or ""
     if reason == "DeadlineExceeded":  # the controller deleted the ranks: they say nothing of it
         return Classification(Outcome.UNKNOWN, reason, f"Job {name}: {message} (activeDeadlineSeconds)"), None
-    result, culprit = cause(pods, node_stays)
+    result, culprit = cause(pods, node_stays, _time(judged.get("lastTransitionTime")))
     if result.outcome is not Outcome.RUNNING:
         return result, culprit
     if "Failed" in conditions:  # final, and no pod that was seen tells why

@@ -324,6 +324,7 @@ async def node_stays(connection: ClusterConnection, node: str | None) -> bool | 
     from kubernetes_asyncio.client.exceptions import ApiException
 
     from airflow_gpu.spot.classifier import node_stays as stays
+    from airflow_gpu.spot.node_access import say_nodes_unreadable
 
     if not node:
         return None
@@ -332,10 +333,14 @@ async def node_stays(connection: ClusterConnection, node: str | None) -> bool | 
             response: Any = await CoreV1Api(client).read_node(node, _preload_content=False)
             if response.status == 404:
                 return False
+            if response.status in (401, 403):
+                say_nodes_unreadable(LOG, node, response.status)
             if response.status >= 400:
                 return None
             return stays(json.loads(await response.read()))
     except ApiException as error:
+        if error.status in (401, 403):
+            say_nodes_unreadable(LOG, node, error.status)
         return False if error.status == 404 else None
 
 

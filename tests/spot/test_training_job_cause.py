@@ -1,0 +1,121 @@
+"""Which rank ended a training Job: the culprit, not the ranks the Job controller deleted after it.
+
+The pods are shaped as the API returns them (``status.containerStatuses[].state.terminated``,
+``DisruptionTarget`` conditions, ``deletionTimestamp`` with ``deletionGracePeriodSeconds``, whole-second
+RFC 3339 times) for the Job controller's documented behaviour with ``backoffLimit: 0``: the first
+failed rank adds ``FailureTarget``, then every other rank is deleted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from airflow_gpu.spot.classifier import Outcome
+from airflow_gpu.spot.training_job import INDEX_KEY, JobPods, job_end
+
+T0 = "2026-11-26T12:00:00Z"
+
+
+def at(seconds: int) -> str:
+    return f"2026-11-26T12:{seconds // 60:02d}:{seconds % 60:02d}Z"
+
+
+def pod(rank: int, node: str, *, exit_code: int | None = None, finished: int = 0, **extra: Any) -> dict[str, Any]:
+    state: dict[str, Any] = {"running": {"startedAt": T0}}
+    phase = "Running"
+    if exit_code is not None:
+        state = {"terminated": {"exitCode": exit_code, "reason": "Error", "startedAt": T0, "finishedAt": at(finished)}}
+        phase = "Failed" if exit_code else "Succeeded"
+    body: dict[str, Any] = {
+        "metadata": {"name": f"train-{rank}", "labels": {INDEX_KEY: str(rank)}},
+        "spec": {"nodeName": node},
+        "status": {"phase": phase, "containerStatuses": [{"name": "train", "state": state}], "conditions": []},
+    }
+    for key, value in extra.items():
+        body[key].update(value)
+    return body
+
+
+def deleted_by_controller(body: dict[str, Any], asked: int, grace: int = 30) -> dict[str, Any]:
+    """The last state a watch saw of a rank the controller deleted: a ``deletionTimestamp`` (when it
+    was asked plus the grace period), its container still running."""
+    body["metadata"].update(deletionTimestamp=at(asked + grace), deletionGracePeriodSeconds=grace)
+    return body
+
+
+def failed_job(seconds: int) -> dict[str, Any]:
+    condition = {
+        "type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded",
+        "message": "Job has reached the specified backoff limit", "lastTransitionTime": at(seconds),
+    }  # fmt: skip
+    return {"metadata": {"name": "train"}, "status": {"conditions": [condition]}}
+
+
+def end(pods: list[dict[str, Any]], gone: set[str], nodes: dict[str, bool | None], failed: int) -> tuple[Any, Any]:
+    seen = JobPods()
+    for body in pods:
+        seen.record(body["metadata"]["name"], body, body["metadata"]["name"] in gone)
+    ended = job_end(failed_job(failed), seen, lambda node: nodes.get(node or ""), "train")
+    assert ended is not None
+    return ended
+
+
+@pytest.mark.parametrize(
+    "node_of_the_deleted_peer",
+    [False, None],  # cordoned (node_stays says "going"), and no `get nodes` permission (not known)
+)
+def test_a_bug_in_one_rank_is_not_a_preemption_because_the_controller_deleted_its_peer(
+    node_of_the_deleted_peer: bool | None,
+) -> None:
+    """Rank 1 exits 1; the controller judges the Job and deletes rank 0, which sits on a cordoned node
+    (or on a node nobody may read). The bug is the culprit: an application failure, not retried as a
+    spot interruption."""
+    rank0 = deleted_by_controller(pod(0, "node-a"), asked=5)
+    rank1 = pod(1, "node-b", exit_code=1, finished=5)
+    result, culprit = end([rank0, rank1], {"train-0"}, {"node-a": node_of_the_deleted_peer, "node-b": True}, 5)
+    assert (result.outcome, result.exit_code, culprit["metadata"]["name"]) == (Outcome.APPLICATION, 1, "train-1")
+    assert not result.interrupted
+
+
+def test_a_rank_still_running_on_a_cordoned_node_is_not_preempted() -> None:
+    """The Job is judged failed while rank 0 still runs on a cordoned node (not yet deleted): cordoning
+    takes no capacity away."""
+    result, culprit = end(
+        [pod(0, "node-a"), pod(1, "node-b", exit_code=1, finished=5)], set(), {"node-a": False, "node-b": True}, 5
+    )
+    assert (result.outcome, culprit["metadata"]["name"]) == (Outcome.APPLICATION, "train-1")
+
+
+def test_a_reclaim_still_explains_the_peer_that_lost_it() -> None:
+    """Node shutdown: rank 1 is marked ``DisruptionTarget`` at 0 s and exits 143 at 10 s; rank 0 lost its
+    peer and failed at 3 s. The reclaim began first: preempted, resubmitted."""
+    disruption = {
+        "type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet",
+        "message": "Pod was terminated in response to imminent node shutdown.", "lastTransitionTime": T0,
+    }  # fmt: skip
+    rank1 = pod(1, "node-b", exit_code=143, finished=10)
+    rank1["status"]["conditions"].append(disruption)
+    result, culprit = end([pod(0, "node-a", exit_code=1, finished=3), rank1], set(), {"node-a": True}, 3)
+    assert (result.outcome, culprit["metadata"]["name"]) == (Outcome.PREEMPTED, "train-1") and result.interrupted
+
+
+def test_a_node_that_went_away_before_the_failure_is_the_culprit_only_when_it_could_be_read() -> None:
+    """Rank 1 vanished with its node at 2 s (no condition was seen), rank 0 then lost its peer at 4 s.
+    With the node known to be gone, the reclaim came first; with the node not readable (no RBAC), a
+    guess never outranks the container's own exit."""
+    rank1 = deleted_by_controller(pod(1, "node-b"), asked=2, grace=0)
+    rank0 = pod(0, "node-a", exit_code=1, finished=4)
+    known, _ = end([rank0, rank1], {"train-1"}, {"node-a": True, "node-b": False}, 4)
+    unknown, culprit = end([rank0, rank1], {"train-1"}, {"node-a": True, "node-b": None}, 4)
+    assert known.outcome is Outcome.PREEMPTED
+    assert (unknown.outcome, culprit["metadata"]["name"]) == (Outcome.APPLICATION, "train-0")
+
+
+def test_with_no_rank_reporting_its_end_the_inferred_one_still_decides() -> None:
+    """Both ranks gone without a word, one of them with its node: as before, a reclaim."""
+    rank0 = deleted_by_controller(pod(0, "node-a"), asked=2, grace=0)
+    rank1 = deleted_by_controller(pod(1, "node-b"), asked=2, grace=0)
+    result, _ = end([rank0, rank1], {"train-0", "train-1"}, {"node-a": True, "node-b": False}, 3)
+    assert result.outcome is Outcome.PREEMPTED
