@@ -174,3 +174,24 @@ def test_an_extra_that_is_not_json_is_no_extras_with_a_clear_log_line(
     assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
         "Connection k8s_broken: its extra is not valid JSON"
     ] * 2
+
+
+def test_a_triggerer_without_get_on_nodes_says_so_once_at_error(
+    reads: list[tuple[str, str]], kubernetes_emulator: KubernetesEmulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    """RBAC without ``get nodes`` (every node read answered 403, as the API server does): the node's
+    fate is not known (None, never "gone"), and the triggerer's log says what that costs once."""
+    from airflow_gpu.spot import node_access
+
+    node_access._said.clear()
+    kubernetes_emulator.inject_api_fault(verb="get", resource="nodes", status=403, times=None)
+    connection = ClusterConnection(kubernetes_conn_id="k8s_prefetch")
+    node = "gpu-node-0"  # RBAC answers before the node is looked up, as on a real API server
+
+    async def twice() -> list[bool | None]:
+        return [await cluster.node_stays(connection, node), await cluster.node_stays(connection, node)]
+
+    assert asyncio.run(twice()) == [None, None]
+    said = [r for r in caplog.records if "cannot read node" in r.getMessage()]
+    assert [r.levelname for r in said if r.levelname != "DEBUG"] == ["ERROR"]
+    assert "`get` on `nodes`" in said[0].getMessage()
