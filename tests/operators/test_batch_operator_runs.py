@@ -273,3 +273,72 @@ def test_a_job_whose_log_group_does_not_exist_fails_at_once_naming_it(aws_defaul
     (job,) = described(emulator)
     assert job["status"] == "FAILED" and job["jobQueue"].endswith("/gpu-spot")
     assert ti.xcom.get("gpu_interruptions", []) == []
+
+
+def result_warnings(logs: list[dict[str, Any]]) -> list[str]:
+    """The warnings about the result: the operator's and its hook's, as structlog records them."""
+    warnings = [e for e in logs if e["log_level"] == "warning"]
+    said = [str(e.get("event", "")) % tuple(e.get("positional_args", ()) or ()) for e in warnings]
+    return [s for s in said if "result" in s]
+
+
+def test_a_success_without_a_result_line_returns_none_not_the_job_id(aws_default_connection: BatchEmulator) -> None:
+    """Behaviour 8: BatchOperator returns the job id; a downstream task reading this task's return value
+    must not take it for the workload's result. None, one warning saying why; the id stays in its own XCom."""
+    from structlog.testing import capture_logs
+
+    op = operator(command=[sys.executable, "-c", "print('trained, nothing to return')"], gpu_profile=False)
+    ti = Ti()
+    with capture_logs() as logs:
+        assert op.execute({"ti": ti, "task_state_store": Store()}) is None
+    (job,) = described(aws_default_connection)
+    assert ti.xcom["batch_job_id"] == job["jobId"] and "return_value" not in ti.xcom
+    (warning,) = result_warnings(logs)
+    assert f"AWS Batch job {job['jobId']} succeeded" in warning and "printed no ::airflow-gpu-result:: line" in warning
+
+
+def test_a_result_whose_log_cannot_be_read_is_none_with_the_reason(
+    aws_default_connection: BatchEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's role may not read the job's log group (no ``logs:GetLogEvents``): CloudWatch answers
+    AccessDeniedException. The job succeeded; the task returns None, saying the log could not be read."""
+    from airflow.providers.amazon.aws.hooks.logs import AwsLogsHook
+    from botocore.exceptions import ClientError
+    from structlog.testing import capture_logs
+
+    class Denied:
+        def __init__(self, client: Any) -> None:
+            self.client = client
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.client, name)
+
+        def get_log_events(self, **kwargs: Any) -> Any:
+            message = "User: arn:aws:sts::123456789012:assumed-role/worker is not authorized to perform: "
+            message += "logs:GetLogEvents"
+            raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": message}}, "GetLogEvents")
+
+    real = AwsLogsHook.conn
+    monkeypatch.setattr(AwsLogsHook, "conn", property(lambda hook: Denied(real.func(hook))))  # type: ignore[attr-defined]
+    op = operator(gpu_profile=False)
+    with capture_logs() as logs:
+        assert op.execute({"ti": Ti(), "task_state_store": Store()}) is None  # it printed {"loss": 0.25}
+    (warning,) = result_warnings(logs)
+    assert "its log could not be read" in warning and "AccessDeniedException" in warning
+
+
+def test_a_multi_node_job_without_a_result_returns_none(aws_default_connection: BatchEmulator) -> None:
+    """AccelerateTrainOperator's Batch target of several machines: the main node's log has no result line."""
+    from structlog.testing import capture_logs
+
+    from airflow_gpu.operators.accelerate_batch import MultiNodeBatchOperator
+
+    op = MultiNodeBatchOperator(
+        task_id="train", accelerator="A10G:1", job_queue="gpu-on-demand", gpu_profile=False, poll_interval=0.2,
+        awslogs_fetch_interval=0.5, log_lag=3, command=[sys.executable, "-c", "print('node done')"],
+    )  # fmt: skip
+    op.num_nodes = 2
+    with capture_logs() as logs:
+        assert op.execute({"ti": Ti(), "task_state_store": Store()}) is None
+    (warning,) = result_warnings(logs)
+    assert "printed no ::airflow-gpu-result:: line" in warning

@@ -27,7 +27,7 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
 from airflow_gpu.accelerators.batch import instance_offers
 from airflow_gpu.accelerators.batch_queues import QueueOffer, unreadable_types
 from airflow_gpu.utils.batch_logs import DEFAULT_LOG_GROUP, attempt_streams, log_group
-from airflow_gpu.utils.results import RESULT_MARKER, WorkloadOutput, read_output
+from airflow_gpu.utils.results import WorkloadOutput, read_output
 
 __all__ = ["DEFAULT_LOG_GROUP", "SPEC_HASH_TAG", "GPUBatchHook", "QueueOffer", "definition_hash"]
 
@@ -281,38 +281,41 @@ class GPUBatchHook(BatchClientHook):
         account). The wait ends once what is wanted is read: the profile, which the profiler prints
         last (so the lines before it are in too), or else the result line. A stream that does not
         exist yet is "not yet"; any other error is logged and tried again until ``wait`` has passed.
-        A job without awslogs or without a stream has neither.
+        A job without awslogs or without a stream has neither. ``unread`` says why the log could not
+        be read, when it could not.
         """
         from airflow.providers.amazon.aws.hooks.logs import AwsLogsHook
         from botocore.exceptions import ClientError
 
-        group, streams = self.log_group(job), self.attempt_streams(job)
-        if group is None or not streams or not (result or profile):
+        if not (result or profile):
             return WorkloadOutput()
+        group, streams = self.log_group(job), self.attempt_streams(job)
+        if group is None:
+            return WorkloadOutput(unread="the job does not log to CloudWatch Logs (its logDriver is not awslogs)")
+        if not streams:
+            return WorkloadOutput(unread="its attempt has no log stream")
         options = ((job.get("container") or {}).get("logConfiguration") or {}).get("options") or {}
         logs = AwsLogsHook(
             aws_conn_id=self.aws_conn_id, region_name=options.get("awslogs-region") or self.conn_region_name
         )
         deadline = time.monotonic() + wait
         while True:
+            where = f"{group}/{streams[-1]}"
             try:
                 events = logs.conn.get_log_events(logGroupName=group, logStreamName=streams[-1], startFromHead=False)
                 # One event may hold several lines (awslogs-multiline-pattern, awslogs-datetime-format).
                 output = read_output(line for e in events["events"] for line in str(e["message"]).splitlines())
             except ClientError as error:  # not there yet; denied or throttled: the output is lost, not the job
-                if error.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
-                    self.log.warning("Reading %s/%s: %s", group, streams[-1], error)
-                output = WorkloadOutput()
+                code = error.response.get("Error", {}).get("Code")
+                if code != "ResourceNotFoundException":
+                    self.log.info("Reading %s: %s", where, error)
+                said = f"log stream {where} does not exist" if code == "ResourceNotFoundException" else str(error)
+                output = WorkloadOutput(unread=f"{said}, after log_lag={wait:g}s")
             except Exception as error:  # a timeout or a dropped connection (botocore): the same
-                self.log.warning("Reading %s/%s: %s: %s", group, streams[-1], type(error).__name__, error)
-                output = WorkloadOutput()
+                self.log.info("Reading %s: %s: %s", where, type(error).__name__, error)
+                output = WorkloadOutput(unread=f"{where}: {type(error).__name__}: {error}, after log_lag={wait:g}s")
             if output.profile is not None if profile else output.result_found:
                 return output
             if time.monotonic() >= deadline:
-                if result and not output.result_found:
-                    self.log.warning(
-                        "No %s line was readable within log_lag=%gs after job %s ended (CloudWatch ingestion "
-                        "can lag: raise log_lag if the job prints one)", RESULT_MARKER, wait, job.get("jobId"),
-                    )  # fmt: skip
-                return output
+                return output  # the caller says what is missing, once
             time.sleep(min(poll, max(deadline - time.monotonic(), 0)))

@@ -77,7 +77,8 @@ class AccelerateTrainOperator(BaseOperator):
     keyword given directly wins). The DAG's ``default_args`` for those operators apply too.
 
     The training script returns a value by printing ``::airflow-gpu-result::<json>`` on its main
-    process; it becomes the task's return value.
+    process; it becomes the task's return value. A success without one (none printed, or the log
+    could not be read) returns None with a warning saying which.
     """
 
     template_fields: Sequence[str] = ("training_script", "script_args", "env", "backend_templates")
@@ -222,7 +223,16 @@ class AccelerateTrainOperator(BaseOperator):
             )
             return self._runner.run(context)
         self._runner = self._make_runner(launch)
-        return self._runner.run(context)
+        return self._returned(self._runner.run(context))
+
+    def _returned(self, result: Any) -> Any:
+        """A success whose result line could not be read returns None with one warning saying why: the
+        local launcher and ``GPUBatchOperator`` warn themselves, the pod's or Job's log is read here."""
+        if result is None and self.target == "kubernetes" and self.do_xcom_push:
+            missing = self._runner.op.result_missing(f"the training ({self.num_machines} machine(s) on Kubernetes)")
+            if missing:
+                self.log.warning("%s", missing)
+        return result
 
     def _make_runner(self, launch: AccelerateLaunch) -> Any:
         """The target's runner: the GPU operator's own run, or a training Job of several machines."""
@@ -236,7 +246,7 @@ class AccelerateTrainOperator(BaseOperator):
         if self.target == "local" or next_method == "execute":
             return super().resume_execution(next_method, next_kwargs, context)
         self._runner = self._make_runner(self.launch)
-        return self._runner.resume_execution(next_method, next_kwargs, context)
+        return self._returned(self._runner.resume_execution(next_method, next_kwargs, context))
 
     def on_kill(self) -> None:
         """The workload must not run on, billed: the launcher's process group, or the pod, job or Batch job."""

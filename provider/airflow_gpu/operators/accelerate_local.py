@@ -35,7 +35,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow_gpu.operators.gpu_profile import publish_profile
 from airflow_gpu.operators.spot_task import bad_result
 from airflow_gpu.profiling.marker import PROFILE_MARKER
-from airflow_gpu.utils.results import RESULT_MARKER, read_output
+from airflow_gpu.utils.results import RESULT_MARKER, missing_result, read_output
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -219,7 +219,10 @@ class LocalTraining:
             raise AirflowException(f"accelerate launch exited with {_exit(code)}; its last lines:\n{shown}")
         if output.result_error is not None:
             raise bad_result(output.result_error) from output.result_error
-        return output.result if output.result_found else None
+        if not output.result_found:
+            self.log.warning("%s", missing_result("the training (accelerate launch on this worker)", None))
+            return None
+        return output.result
 
     def _end(self, grace: float) -> None:
         """No rank outlives the launcher: SIGTERM to each process still running, then SIGKILL."""

@@ -56,7 +56,7 @@ from airflow_gpu.triggers.interruption_log import log_interruptions
 from airflow_gpu.triggers.kubernetes import LAST_SEEN_KEY, NEXT_KEY, STATE_KEY
 from airflow_gpu.utils.kubernetes import to_dict
 from airflow_gpu.utils.pod_identity import identity_mismatch
-from airflow_gpu.utils.results import ResultError, WorkloadOutput
+from airflow_gpu.utils.results import ResultError, WorkloadOutput, missing_result
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -241,6 +241,13 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
             self._result_error = self._output.result_error  # a bug in the workload: raised after cleanup
         if self._outcome.outcome is Outcome.UNSCHEDULABLE:
             self.reads.delete_and_wait(pod)  # never leave a pending pod to start later
+
+    def result_missing(self, workload: str) -> str | None:
+        """The warning for a success without a readable result line (its log unread, or no such line),
+        from the last pod's log or the training Job's main pod's; None when the line was read."""
+        if self._output is not None and self._output.result_found:
+            return None
+        return missing_result(workload, self._unread if self._output is None else self._output.unread)
 
     def _node_stays(self, node: str | None) -> bool | None:
         return self.reads.node_stays(node)

@@ -40,7 +40,8 @@ class WorkloadOutput:
     """What a finished workload left in its log for Airflow: the result line and the GPU profile.
 
     ``profile_warning`` says why a profile the workload printed was not taken (cut, tampered
-    with, too big); it is None when none was printed or it was taken.
+    with, too big); it is None when none was printed or it was taken. ``unread`` says why the log
+    could not be read (no log stream, access denied): None when it was read, found lines or not.
     """
 
     result_found: bool = False
@@ -49,6 +50,7 @@ class WorkloadOutput:
     profile: dict[str, Any] | None = None
     profile_printed: bool = False
     profile_warning: str | None = None
+    unread: str | None = None
 
 
 def read_output(lines: Iterable[str]) -> WorkloadOutput:
@@ -64,3 +66,10 @@ def read_output(lines: Iterable[str]) -> WorkloadOutput:
     printed = any(line.startswith(PROFILE_MARKER) for line in lines)
     profile, warning = read_profile(lines) if printed else (None, None)
     return WorkloadOutput(found, value, error, profile, printed, warning)
+
+
+def missing_result(workload: str, unread: str | None, hint: str = "") -> str:
+    """The one warning of a success whose result cannot be read: the task returns None, never a
+    stand-in (a job id) that a downstream task would take for the workload's result."""
+    why = f"its log could not be read ({unread})" if unread else f"it printed no {RESULT_MARKER} line{hint}"
+    return f"{workload} succeeded, but its result is missing: {why}. The task returns None (no return_value XCom)."
