@@ -23,9 +23,11 @@ class Ti:
         run_id: str = "manual__1",
         map_index: int = -1,
         start_date: datetime | None = None,
+        max_tries: int = 0,
     ) -> None:
         self.dag_id, self.task_id, self.run_id, self.map_index = dag_id, task_id, run_id, map_index
         self.try_number, self.start_date = try_number, start_date
+        self.max_tries = max_tries  # the task's retries, as Airflow sets it: a try after this one if try_number <= it
         self.xcom: dict[str, Any] = {}
 
     def xcom_push(self, key: str, value: Any) -> None:

@@ -310,9 +310,9 @@ def test_a_plan_stored_by_an_earlier_build_gets_the_first_pods_name_back_where_i
 
 def emulated(kubernetes_emulator: KubernetesEmulator, **kwargs: Any) -> GPUKubernetesOperator:
     return GPUKubernetesOperator(
-        task_id="train", name="train", accelerator="L4", capacity="spot", cmds=["sleep", "600"], gpu_profile=False,
+        task_id="train", name="train", accelerator="L4", cmds=["sleep", "600"], gpu_profile=False,
         deferrable=True, namespace="default", kubernetes_conn_id=None,
-        config_file=str(kubernetes_emulator.kubeconfig_path), **kwargs,
+        config_file=str(kubernetes_emulator.kubeconfig_path), **{"capacity": "spot", **kwargs},
     )  # fmt: skip
 
 
@@ -414,3 +414,117 @@ def test_the_pods_the_trigger_created_get_kpos_callbacks_and_startup_events_on_r
         ("on_pod_completion", "train-r1"), ("on_pod_teardown", "train-r1"), ("on_pod_cleanup", "train-r1"),
     ]  # fmt: skip
     assert "The Pod has an Event: Successfully assigned default/train-r1" in capfd.readouterr().out  # the task log
+
+
+def _trigger_made(api: Any, operator: GPUKubernetesOperator, context: Any, name: str, command: list[str],
+                  submissions: int) -> None:  # fmt: skip
+    """A pod of this try as the worker or the trigger made it: its command, and the run's state with its rank."""
+    pod = operator.build_pod_request_obj(context)
+    pod.metadata.name = name
+    pod.spec.containers[0].command = command
+    pod.metadata.annotations[STATE_ANNOTATION] = json.dumps({**operator.spot_run.to_json(), "submissions": submissions})
+    api.create_namespaced_pod("default", pod)
+
+
+def test_a_crashed_trigger_leaves_the_running_pod_to_the_retry_that_takes_it_over(
+    kubernetes_emulator: KubernetesEmulator,
+) -> None:
+    """The trigger replaced the preempted pod ``train-a`` (kept: ``on_finish_action="keep_pod"``) by
+    ``train-a-r1``, then crashed: the task resumes in ``__fail__`` with a retry to come. ``train-a-r1`` trains
+    on and the retry takes it over (KPO's reattach: the identity in the task state store), with the run's
+    state from it; nothing new is created, ``train-a`` is not followed. Before, the store still named the
+    ended ``train-a``: the retry took it, found it ended, and started a second pod beside ``train-a-r1``."""
+    from airflow.sdk.exceptions import TaskDeferralError
+    from kubernetes import client, config
+
+    from airflow_gpu.testing.polling import wait_for
+    from tests.operators.task_context import Store, Ti
+
+    store = Store()
+    first_try: Any = {"ti": Ti(task_id="train", try_number=1, max_tries=1), "run_id": "manual__1", "dag": None,
+                      "task_state_store": store}  # fmt: skip
+    operator = emulated(kubernetes_emulator, on_finish_action="keep_pod", capacity="on-demand")
+    api = client.CoreV1Api(config.new_client_from_config(config_file=str(kubernetes_emulator.kubeconfig_path)))
+    _trigger_made(api, operator, first_try, "train-a", ["false"], 0)
+    wait_for(lambda: api.read_namespaced_pod("train-a", "default").status.phase == "Failed", 30)
+    operator._persist_pod_identity_to_task_state_store(first_try, api.read_namespaced_pod("train-a", "default"))
+    _trigger_made(api, operator, first_try, "train-a-r1", ["sleep", "600"], 1)
+    with pytest.raises(TaskDeferralError):
+        emulated(kubernetes_emulator, on_finish_action="keep_pod", capacity="on-demand").resume_execution(
+            "__fail__", {"error": "Trigger failure"}, first_try
+        )
+    running = {p.metadata.name for p in api.list_namespaced_pod("default").items if p.status.phase != "Failed"}
+    assert running == {"train-a-r1"}
+
+    retry = emulated(kubernetes_emulator, on_finish_action="keep_pod", capacity="on-demand")
+    second_try = {**first_try, "ti": Ti(task_id="train", try_number=2, max_tries=1)}
+    with pytest.raises(TaskDeferred):
+        retry.execute(second_try)
+    assert retry.pod.metadata.name == "train-a-r1" and retry.spot_run.submissions == 1
+    assert {p.metadata.name for p in api.list_namespaced_pod("default").items} <= {"train-a", "train-a-r1"}
+
+
+@pytest.mark.parametrize("why", ["last_try", "reattach_off"])
+def test_a_crashed_trigger_deletes_every_pod_of_the_try_when_no_retry_would_take_one_over(
+    kubernetes_emulator: KubernetesEmulator, why: str
+) -> None:
+    """The trigger crashed and nothing would follow its pods (the task's last try; or KPO's reattach off, so
+    the retry starts its own): every pod of this try goes, the trigger's included, as the Batch operator
+    stops its jobs; another try's pod stays. Before, they ran on, billed, beside the retry's or for nobody."""
+    from airflow.sdk.exceptions import TaskDeferralError
+    from kubernetes import client, config
+
+    from airflow_gpu.testing.polling import wait_for
+    from tests.operators.task_context import Ti
+
+    retries = 0 if why == "last_try" else 3
+    options = {"durable": False} if why == "reattach_off" else {}
+    context: Any = {"ti": Ti(task_id="train", try_number=2, max_tries=retries), "run_id": "manual__1", "dag": None}
+    operator = emulated(kubernetes_emulator, **options)
+    api = client.CoreV1Api(config.new_client_from_config(config_file=str(kubernetes_emulator.kubeconfig_path)))
+    for name, try_number, submissions in (("train-a", 2, 0), ("train-a-r1", 2, 1), ("train-b", 1, 0)):
+        made_by = {**context, "ti": Ti(task_id="train", try_number=try_number)}
+        _trigger_made(api, operator, made_by, name, ["sleep", "600"], submissions)
+    with pytest.raises(TaskDeferralError):
+        operator.resume_execution("__fail__", {"error": "Trigger failure"}, context)
+    wait_for(lambda: {p.metadata.name for p in api.list_namespaced_pod("default").items} == {"train-b"}, 30)
+
+
+def test_the_pod_before_the_one_the_worker_creates_gets_kpos_callbacks(kubernetes_emulator: KubernetesEmulator) -> None:
+    """The trigger could not create the next pod and the worker does: the ended pod gets the user's
+    ``on_pod_completion``, ``on_pod_teardown`` and ``on_pod_cleanup`` (KPO's calls for a pod it is done with),
+    before the new pod's ``on_pod_manifest_created`` and ``on_pod_creation``."""
+    from airflow.providers.cncf.kubernetes.callbacks import KubernetesPodOperatorCallback
+    from kubernetes import client, config
+
+    from airflow_gpu.testing.polling import wait_for
+    from airflow_gpu.triggers.kubernetes import NEXT_KEY, STATE_KEY
+    from tests.operators.task_context import Ti
+
+    calls: list[tuple[str, str]] = []
+
+    def recorder(hook: str, key: str) -> Any:
+        return staticmethod(lambda **kwargs: calls.append((hook, kwargs[key].metadata.name)))
+
+    hooks = {"on_pod_completion": "pod", "on_pod_teardown": "pod", "on_pod_cleanup": "pod",
+             "on_pod_manifest_created": "pod_request", "on_pod_creation": "pod"}  # fmt: skip
+    recording = type("Recording", (KubernetesPodOperatorCallback,), {h: recorder(h, k) for h, k in hooks.items()})
+    operator = emulated(kubernetes_emulator, callbacks=recording, capacity="on-demand")
+    context: Any = {"ti": Ti(task_id="train"), "run_id": "manual__1", "dag": None}
+    api = client.CoreV1Api(config.new_client_from_config(config_file=str(kubernetes_emulator.kubeconfig_path)))
+    _trigger_made(api, operator, context, "train-a", ["false"], 0)
+    wait_for(lambda: api.read_namespaced_pod("train-a", "default").status.phase == "Failed", 30)
+    moved = GPUKubernetesOperator(task_id="train", accelerator="L4", capacity="on-demand")
+    moved.spot_run.submitted("train-a")
+    deferred = moved.spot_run.to_json()
+    moved.spot_run.finish(Classification(Outcome.PREEMPTED, "TerminationByKubelet", "", transient=True))
+    event = {"status": "error", "name": "train-a", "namespace": "default", "message": "exceeded quota",
+             NEXT_KEY: True, STATE_KEY: moved.spot_run.to_json()}  # fmt: skip
+    with pytest.raises(TaskDeferred):
+        operator.trigger_reentry(context, event, gpu_state=deferred)
+    created = operator.pod.metadata.name
+    assert created != "train-a"
+    assert calls == [
+        ("on_pod_completion", "train-a"), ("on_pod_teardown", "train-a"), ("on_pod_cleanup", "train-a"),
+        ("on_pod_manifest_created", created), ("on_pod_creation", created),
+    ]  # fmt: skip

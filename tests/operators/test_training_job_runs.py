@@ -36,8 +36,11 @@ RESULT = '::airflow-gpu-result::{"loss": 0.25}'
 LOG = logging.getLogger(__name__)
 
 
-def context(try_number: int = 1, store: Store | None = None, run_id: str = "manual__1") -> dict[str, Any]:
-    return {"ti": Ti(try_number, dag_id="training_dag", run_id=run_id), "run_id": run_id, "dag": None,
+def context(
+    try_number: int = 1, store: Store | None = None, run_id: str = "manual__1", max_tries: int = 0
+) -> dict[str, Any]:
+    return {"ti": Ti(try_number, dag_id="training_dag", run_id=run_id, max_tries=max_tries), "run_id": run_id,
+            "dag": None,
             "task_state_store": store if store is not None else Store()}  # fmt: skip
 
 
@@ -232,3 +235,30 @@ def test_a_bug_in_one_rank_fails_the_training_once_though_its_peer_sat_on_a_cord
     else:
         assert [r.levelname for r in said if r.levelname == "ERROR"] == ["ERROR"]
         assert "`get` on `nodes`" in said[0].getMessage()
+
+
+@pytest.mark.parametrize("retries", [1, 0])
+def test_a_crashed_trigger_leaves_the_running_job_to_the_retry_that_takes_it_over_or_deletes_it(
+    kubernetes_default_connection: KubernetesEmulator, retries: int
+) -> None:
+    """The trigger crashed while the training ran: the task resumes in ``__fail__``. With a retry to come, the
+    Job trains on and the retry takes it over (its run left open), creating nothing; on the task's last try
+    the Job and its Service go, the run closed. Before, the Job was deleted whatever came next."""
+    from airflow.sdk.exceptions import TaskDeferralError, TaskDeferred
+
+    emulator, store = kubernetes_default_connection, Store()
+    first_try = context(1, store, max_tries=retries)
+    with pytest.raises(TaskDeferred):
+        training(deferrable=True).execute(first_try)  # type: ignore[arg-type]
+    [first] = jobs(emulator)
+    with pytest.raises(TaskDeferralError):
+        training(deferrable=True).resume_execution("__fail__", {"error": "Trigger failure"}, first_try)  # type: ignore[arg-type]
+    if not retries:
+        assert jobs(emulator) == [] and store[STATE_STORE_KEY]["open"] is False
+        assert not apis(emulator)[1].list_namespaced_service("default", label_selector=JOB_LABEL).items
+        return
+    assert jobs(emulator) == [first] and store[STATE_STORE_KEY]["open"] is True
+    second_try = context(2, store, max_tries=retries)
+    with pytest.raises(TaskDeferred) as deferred:
+        training(deferrable=True).execute(second_try)  # type: ignore[arg-type]
+    assert deferred.value.trigger.job_name == first and jobs(emulator) == [first]  # followed, nothing new

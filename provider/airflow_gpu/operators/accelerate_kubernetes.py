@@ -124,12 +124,21 @@ class IndexedJobTraining:
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
         """Back from ``GPUTrainingJobTrigger``: the Job that ended the run (the trigger made any before it)."""
-        from airflow_gpu.operators.training_job_deferral import ended_job, remove_this_try
+        from airflow.sdk import BaseOperator
+        from airflow.sdk.exceptions import TaskDeferralError
+
+        from airflow_gpu.operators.training_job_deferral import after_trigger_failure, ended_job, remove_this_try
 
         self._start(context)
         if next_method != RESUME_METHOD:  # __fail__: the deferral timed out (execution_timeout) or its trigger failed
-            remove_this_try(self.op, self.jobs, context, self.log)
-            return self.op.resume_execution(next_method, next_kwargs, context)  # raises, as BaseOperator does
+            try:  # Airflow's own (the pod operator's would judge the Job's pods as its own pods)
+                return BaseOperator.resume_execution(self.op, next_method, next_kwargs, context)
+            except TaskDeferralError:  # the trigger crashed: the next try may take the running Job over
+                after_trigger_failure(self.op, self.jobs, context, self.log)
+                raise
+            except BaseException:
+                remove_this_try(self.op, self.jobs, context, self.log)
+                raise
         event = dict((next_kwargs or {}).get("event") or {})
         self.job, end = ended_job(self.op, self.jobs, event, self.log)
         if end is None:  # the trigger could not watch (RBAC?): the worker watches from here

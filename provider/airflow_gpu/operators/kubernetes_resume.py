@@ -5,8 +5,10 @@ this mixin (``PodDeferral``) is its deferrable half, kept apart because it deals
 in the triggerer rather than with the pod the worker built. It swaps KPO's trigger for
 ``GPUPodTrigger`` with the plan of every pod the triggerer may create (``kubernetes_deferral``);
 on resume it creates the next pod itself when the trigger decided to but could not
-(``_create_next``); and a deferral that timed out deletes every pod of the try, the trigger's
-included (``_delete_this_try``), since the worker only knows the pod it deferred on.
+(``_create_next``); a deferral that timed out deletes every pod of the try, the trigger's
+included (``_delete_this_try``), since the worker only knows the pod it deferred on; and one whose
+trigger crashed leaves the latest running pod to the next try where that try would take it over,
+deleting every other, or deletes them all (``_after_trigger_failure``, ``retry_handover``).
 
 KPO calls the user's ``callbacks`` around each pod it creates and, with ``log_events_on_startup``,
 logs the pod's events while it starts; the pods the trigger created never passed through KPO. On
@@ -27,11 +29,12 @@ from typing import TYPE_CHECKING, Any, cast
 from airflow.providers.cncf.kubernetes.callbacks import ExecutionMode
 from airflow.providers.cncf.kubernetes.triggers.pod import KubernetesPodTrigger
 from airflow.providers.cncf.kubernetes.utils.pod_manager import log_pod_event
-from airflow.sdk.exceptions import TaskDeferralTimeout
+from airflow.sdk.exceptions import TaskDeferralError, TaskDeferralTimeout
 from kubernetes.client import models as k8s
 from kubernetes.client.exceptions import ApiException
 
 from airflow_gpu.operators.kubernetes_deferral import replacement_plan
+from airflow_gpu.operators.retry_handover import latest_live, live, why_no_takeover
 from airflow_gpu.operators.spot_task import publish
 from airflow_gpu.triggers.kubernetes import STATE_KEY, GPUPodTrigger
 from airflow_gpu.triggers.pod_replacement import submission_name
@@ -79,14 +82,18 @@ class PodDeferral:
         """Create here the pod the trigger could not (a quota, a name held by another pod), and defer again.
 
         The run's state in the event has the interruption recorded and the placement moved on; the ended pod
-        is marked checked so that KPO's reattach does not take it for the pod to follow.
+        is marked checked so that KPO's reattach does not take it for the pod to follow, and gets the user's
+        ``on_pod_completion``, ``on_pod_teardown`` and ``on_pod_cleanup``, as KPO calls them for a pod it is
+        done with, before the next pod's ``on_pod_manifest_created`` and ``on_pod_creation`` (KPO's own).
         """
         op = _operator(self)
         op.log.warning("The triggerer replaced pod %s but could not create the next one: %s", event["name"],
                          event.get("message"))  # fmt: skip
-        with contextlib.suppress(ApiException):
-            ended = op.client.read_namespaced_pod(event["name"], event["namespace"])
+        ended = self._pod(event["name"], event["namespace"])
+        if ended.status is not None:  # read: it is there to mark
             op.patch_already_checked(ended, reraise=False)
+        for hook in ("on_pod_completion", "on_pod_teardown", "on_pod_cleanup"):  # KPO's, for a pod it replaces
+            self._call_back(hook, context, pod=ended)
         publish(context, op.spot_run, None)
         op.pod = op.pod_request_obj = op.remote_pod = None
         op.log.info("Submitting a new pod on %s (%s capacity)", op.accelerator, op.spot_run.capacity)
@@ -94,33 +101,79 @@ class PodDeferral:
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
         """Airflow's resume; a deferral that timed out (``execution_timeout``: the trigger was cancelled, no
-        ``on_kill``) deletes this try's pods first, the ones the trigger created included."""
+        ``on_kill``) deletes this try's pods first, the ones the trigger created included. One whose trigger
+        crashed hands the running pod to the next try, or deletes them too (``_after_trigger_failure``)."""
         op = _operator(self)
         try:
             return super().resume_execution(next_method, next_kwargs, context)  # type: ignore[misc]
         except TaskDeferralTimeout:
             try:
-                op._delete_this_try(context)
+                op._delete_this_try(context, "the task's deferral timed out")
             except Exception:  # the timeout is the task's error; a cleanup that failed is only logged
                 op.log.exception("Could not delete this try's pods after the deferral timed out")
             raise
+        except TaskDeferralError:
+            try:
+                self._after_trigger_failure(context)
+            except Exception:  # the trigger's failure is the task's error
+                op.log.exception("Could not settle this try's pods after its trigger failed")
+            raise
 
-    def _delete_this_try(self, context: Context) -> None:
+    def _after_trigger_failure(self, context: Context) -> None:
+        """The trigger crashed (``__fail__``): the pod it followed, or one it made, runs on. When the next try
+        would take it over (``retry_handover``: KPO's reattach is on and a retry comes), only that pod stays,
+        the latest live one of this try: training on is what the retry does with it, from where it is, with the
+        run's state from its annotation. Every other pod of the try goes, and an ended one is marked checked
+        (and deleted as ``on_finish_action`` says) so that neither KPO's label search (which refuses two pods)
+        nor the identity in the task state store (now the kept pod's) leads the retry to it. Otherwise every
+        pod of the try is deleted, as for a timed-out deferral and as the Batch operator does: nothing would
+        follow a pod left running."""
+        op = _operator(self)
+        why_not = why_no_takeover(op, context)
+        pods = self._this_try(context)
+        kept = latest_live(pods or []) if why_not is None else None
+        if kept is None:
+            because = why_not or "no pod of it is running"
+            op._delete_this_try(context, f"the task's trigger failed and the next try takes nothing over: {because}")
+            return
+        namespace = kept.metadata.namespace
+        for pod in pods or []:
+            if pod is kept:
+                continue
+            if live(pod):
+                op.log.warning("Deleting pod %s/%s: the next try takes over %s", namespace, pod.metadata.name,
+                               kept.metadata.name)  # fmt: skip
+                self._delete(pod.metadata.name, namespace)
+            else:
+                op.patch_already_checked(pod, reraise=False)
+                op.process_pod_deletion(pod, reraise=False)
+        op._persist_pod_identity_to_task_state_store(context, kept)
+        op.log.warning("The task's trigger failed; pod %s/%s runs on for the next try to take over", namespace,
+                       kept.metadata.name)  # fmt: skip
+
+    def _this_try(self, context: Context) -> list[k8s.V1Pod] | None:
+        """This try's pods, found by its labels (None: they could not be listed)."""
         op = _operator(self)
         labels = op._get_ti_pod_labels(context)
         selector = ",".join(f"{k}={v}" for k, v in labels.items() if k != "kubernetes_pod_operator")
         namespace = op.namespace or op.hook.get_namespace() or "default"
         try:
-            pods = op.client.list_namespaced_pod(namespace, label_selector=selector).items
+            pods: list[k8s.V1Pod] = op.client.list_namespaced_pod(namespace, label_selector=selector).items
         except ApiException as error:
-            op.log.warning("Could not list this try's pods to delete them (%s %s)", error.status, error.reason)
-            return
-        for pod in pods:
-            op.log.warning("Deleting pod %s/%s: the task's deferral timed out", namespace, pod.metadata.name)
-            with contextlib.suppress(ApiException):
-                op.client.delete_namespaced_pod(
-                    pod.metadata.name, namespace, grace_period_seconds=op.termination_grace_period
-                )
+            op.log.warning("Could not list this try's pods (%s %s)", error.status, error.reason)
+            return None
+        return pods
+
+    def _delete_this_try(self, context: Context, because: str) -> None:
+        op = _operator(self)
+        for pod in self._this_try(context) or []:
+            op.log.warning("Deleting pod %s/%s: %s", pod.metadata.namespace, pod.metadata.name, because)
+            self._delete(pod.metadata.name, pod.metadata.namespace)
+
+    def _delete(self, name: str, namespace: str) -> None:
+        op = _operator(self)
+        with contextlib.suppress(ApiException):
+            op.client.delete_namespaced_pod(name, namespace, grace_period_seconds=op.termination_grace_period)
 
     def _replay_trigger_pods(
         self, context: Context, event: Mapping[str, Any], deferred: Mapping[str, Any] | None

@@ -4,8 +4,9 @@ At deferral the worker builds, with ``GPUKubernetesOperator``'s own pod builder,
 of every placement the spot policy may move to (``kubernetes_deferral.replacement_plan``, as for one
 pod), so that the triggerer creates the next Job itself after an interruption. The connection is
 resolved here, as KPO does, so the triggerer needs no copy of it. The deferral lasts at most what is
-left of ``execution_timeout``; past it (or when the trigger itself fails) the task resumes with
-``__fail__`` and this try's Jobs are deleted: a training must not run on, billed, for a failed task.
+left of ``execution_timeout``; past it the task resumes with ``__fail__`` and this try's Jobs are
+deleted: a training must not run on, billed, for a failed task. When the trigger itself failed, the
+latest Job stays where the next try would take it over (``after_trigger_failure``), and only then.
 
 On the way back, the event names the Job that ended the run and carries the run's state and the
 trigger's classification; the worker lists that Job's pods once (the main machine's log holds the
@@ -20,9 +21,9 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow_gpu.operators.kubernetes_deferral import replacement_plan
 from airflow_gpu.operators.spot_task import save_run
-from airflow_gpu.spot.training_job import JobEnd, JobPods, from_json
+from airflow_gpu.spot.training_job import JobEnd, JobPods, adoptable, from_json
 from airflow_gpu.utils.kubernetes import to_dict
-from airflow_gpu.utils.training_job import NAME_TOKEN, job_manifests
+from airflow_gpu.utils.training_job import NAME_TOKEN, job_manifests, newest
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -110,13 +111,37 @@ def ended_job(
     return name, JobEnd(from_json(event["result"]), event.get("culprit"), pods)
 
 
+def after_trigger_failure(op: GPUKubernetesOperator, jobs: TrainingJobs, context: Context, log: Any) -> None:
+    """The trigger crashed (``__fail__``): the Job it followed, or one it made, runs on. Where the next try
+    would take it over (``retry_handover``: reattach on, a retry comes; ``take_over``: the run left open in
+    the store, as the deferral saved it, and the Job adoptable), the latest Job of this try stays, and every
+    other Job and Service of the try goes; as for a single pod. Otherwise all of them go (``remove_this_try``)."""
+    from airflow_gpu.operators.retry_handover import why_no_takeover
+
+    why_not = why_no_takeover(op, context)
+    ours = jobs.of_task(_this_try(op, context)) if why_not is None else []
+    latest = newest(o for o in ours if o["kind"] == "Job")
+    if latest is None or not adoptable(latest):
+        log.warning("The trigger failed and the next try takes nothing over (%s)", why_not or "no running Job")
+        remove_this_try(op, jobs, context, log)
+        return
+    keep = str(latest["metadata"]["name"])
+    for name in sorted({o["metadata"]["name"] for o in ours} - {keep}):
+        log.warning("Deleting training Job %s: the next try takes over %s", name, keep)
+        jobs.delete(name, grace_seconds=op.termination_grace_period or 30)
+    log.warning("The trigger failed; training Job %s runs on for the next try to take over", keep)
+
+
+def _this_try(op: GPUKubernetesOperator, context: Context) -> dict[str, str]:
+    return {k: v for k, v in op._get_ti_pod_labels(context).items() if k != "kubernetes_pod_operator"}
+
+
 def remove_this_try(op: GPUKubernetesOperator, jobs: TrainingJobs, context: Context, log: Any) -> None:
     """The deferral failed or timed out: every Job and Service of this try goes (the trigger may have made
     some since the deferral), and no later try takes them over."""
     from airflow_gpu.operators.accelerate_kubernetes import STATE_STORE_KEY
 
-    labels = {k: v for k, v in op._get_ti_pod_labels(context).items() if k != "kubernetes_pod_operator"}
-    names = {o["metadata"]["name"] for o in jobs.of_task(labels)}
+    names = {o["metadata"]["name"] for o in jobs.of_task(_this_try(op, context))}
     for name in sorted(names):
         log.warning("Deleting training Job %s: the deferral ended without its trigger's event", name)
         jobs.delete(name, grace_seconds=op.termination_grace_period or 30)
