@@ -39,7 +39,8 @@ def save(*_):
     json.dump(state, open(path, "w"))
 def on_sigterm(*_):
     save()
-    print(f"SIGTERM: checkpoint saved at epoch {state['epoch']}", flush=True)
+    # os.write, not print: the signal may land inside the loop's own print ("reentrant call")
+    os.write(1, f"SIGTERM: checkpoint saved at epoch {state['epoch']}\\n".encode())
     sys.exit(143)
 signal.signal(signal.SIGTERM, on_sigterm)
 epochs = int(os.environ["EPOCHS"])

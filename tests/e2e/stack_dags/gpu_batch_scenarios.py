@@ -31,7 +31,8 @@ print("resuming at step", state["step"], "batch attempt", attempt,
       "on", os.environ["AWS_BATCH_JQ_NAME"], os.environ["AIRFLOW_GPU_ACCELERATOR"], flush=True)
 def stop(*_):
     json.dump(state, open(path, "w"))
-    print("SIGTERM at step", state["step"], flush=True)
+    # os.write, not print: the signal may land inside the loop's own print ("reentrant call")
+    os.write(1, f"SIGTERM at step {state['step']}\\n".encode())
     sys.exit(143)
 signal.signal(signal.SIGTERM, stop)
 first = state["step"]

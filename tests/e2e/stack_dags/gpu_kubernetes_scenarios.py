@@ -33,7 +33,8 @@ print("resuming at step", state["step"], "attempt", os.environ["AIRFLOW_GPU_ATTE
 def stop(*_):
     json.dump(state, open(path, "w"))
     notice = os.environ["AIRFLOW_GPU_SPOT_NOTICE_FILE"]
-    print("SIGTERM at step", state["step"], "notice", os.path.exists(notice), flush=True)
+    # os.write, not print: the signal may land inside the loop's own print ("reentrant call")
+    os.write(1, f"SIGTERM at step {state['step']} notice {os.path.exists(notice)}\\n".encode())
     sys.exit(143)
 signal.signal(signal.SIGTERM, stop)
 while state["step"] < 30:

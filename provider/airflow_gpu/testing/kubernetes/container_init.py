@@ -84,14 +84,17 @@ def main(argv: list[str]) -> None:
             os.chdir(cwd)
         except OSError:  # no such working directory: the pod's scratch directory, as before
             os.chdir(fallback)
-        # Every signal at its default, as a container runtime starts a container's process: one this
-        # file inherited ignored (a test runner in a background job ignores SIGINT) would otherwise
-        # stay ignored, and POSIX shells then silently skip ``trap ... INT`` (KPO's xcom sidecar).
-        child = os.posix_spawnp(command[0], command, env, setsigdef=DEFAULTED)
+        # The signals to pass on wait, blocked, until their handlers are in place (as tini does): a
+        # SIGTERM that came between the command's start and the handlers would otherwise end this
+        # process with the default action and leave the command running, orphaned.
+        _signal.pthread_sigmask(_signal.SIG_BLOCK, FORWARDED)
+        # Every signal at its default and none blocked, as a container runtime starts a container's
+        # process: one this file inherited ignored (a test runner in a background job ignores
+        # SIGINT) would otherwise stay ignored, and POSIX shells then silently skip ``trap ... INT``
+        # (KPO's xcom sidecar).
+        child = os.posix_spawnp(command[0], command, env, setsigdef=DEFAULTED, setsigmask=())
     except OSError as error:
         _fail(status_fd, f'exec: "{command[0]}": {error.strerror or error}')
-    os.write(status_fd, b"S")  # not EOF: unshare, our parent, holds this pipe open too
-    os.close(status_fd)
 
     def forward(received: int, _frame: object) -> None:
         try:  # noqa: SIM105 (contextlib's import would cost every container start)
@@ -101,6 +104,9 @@ def main(argv: list[str]) -> None:
 
     for signum in FORWARDED:
         _signal.signal(signum, forward)
+    os.write(status_fd, b"S")  # not EOF: unshare, our parent, holds this pipe open too
+    os.close(status_fd)
+    _signal.pthread_sigmask(_signal.SIG_UNBLOCK, FORWARDED)  # any that waited is passed on now
     while True:
         try:
             pid, status = os.waitpid(-1, 0)
