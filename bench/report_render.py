@@ -27,7 +27,7 @@ from typing import Any
 import airflow_gpu.plugins.charts as charts
 import airflow_gpu.plugins.pages as pages
 import airflow_gpu.profiling.marker as marker
-from airflow_gpu.plugins.document import TaskEntry, rollup
+from airflow_gpu.plugins.document import RunEntry, profile_summary, rollup
 from airflow_gpu.profiling.report import build_profile
 from airflow_gpu.profiling.samples import Sample
 from airflow_gpu.profiling.summary import summarise
@@ -126,7 +126,7 @@ def main() -> None:
     full = {**document, "series": marker.series(samples, seconds), "series_points": seconds}
     ids: dict[str, Any] = {"dag_id": "bench", "run_id": "manual__1", "task_id": "train", "map_index": -1}
     base = "/gpu-profile"
-    shards = [TaskEntry("score", i, document) for i in range(args.shards)]
+    shards = [RunEntry("score", i, profile_summary(document)) for i in range(args.shards)]
     cases: dict[str, Callable[[], str]] = {
         "task page, the document": lambda: pages.task_page(document, **ids, base=base),
         f"task page, full series cut to {charts.MAX_POINTS}": lambda: pages.task_page(full, **ids, base=base),

@@ -1,13 +1,17 @@
-"""``gpu_profile`` documents with known figures, in the version-1 shape the worker writes.
+"""``gpu_profile`` documents with known figures, in the version-1 shape the worker writes, and a reader over them.
 
 Hand-made rather than built by the worker's ``build_profile`` so that each test knows the number
 the page must show; the series are short (7 points a minute apart) and each GPU differs.
+``MemoryReader`` is the app's ``Reader`` over such entries, with each instance's summary made as
+the operator makes it; ``test_xcom`` checks the database reader against the same contract.
 """
 
 from __future__ import annotations
 
 import copy
 from typing import Any
+
+from airflow_gpu.plugins.document import RunEntry, TaskEntry, profile_summary, sanitise
 
 STARTED = 1763900000.0
 A10G = "NVIDIA A10G"
@@ -120,3 +124,31 @@ def empty_document(note: str = "no NVIDIA driver") -> dict[str, Any]:
         driver=None,
         cuda=None,
     )
+
+
+class MemoryReader:
+    """The app's ``Reader`` over fixed entries of one run (``run_id``), keeping each call: ``(method, ids)``."""
+
+    def __init__(self, entries: list[TaskEntry], *, dag_id: str | None = None, run_id: str | None = None) -> None:
+        self.entries, self.dag_id, self.run_id = entries, dag_id, run_id
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def _ours(self, dag_id: str, run_id: str) -> list[TaskEntry]:
+        if self.dag_id not in (None, dag_id) or self.run_id not in (None, run_id):
+            return []
+        return self.entries
+
+    def entry(self, *, dag_id: str, run_id: str, task_id: str, map_index: int) -> TaskEntry | None:
+        self.calls.append(("entry", {"dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index}))
+        found = (e for e in self._ours(dag_id, run_id) if (e.task_id, e.map_index) == (task_id, map_index))
+        return next(found, None)
+
+    def map_indexes(self, *, dag_id: str, run_id: str, task_id: str) -> list[int]:
+        self.calls.append(("map_indexes", {"dag_id": dag_id, "run_id": run_id, "task_id": task_id}))
+        return sorted(e.map_index for e in self._ours(dag_id, run_id) if e.task_id == task_id)
+
+    def run(self, *, dag_id: str, run_id: str) -> list[RunEntry]:
+        self.calls.append(("run", {"dag_id": dag_id, "run_id": run_id}))
+        ours = sorted(self._ours(dag_id, run_id), key=lambda e: (e.task_id, e.map_index))
+        summaries = [None if e.profile is None else profile_summary(sanitise(e.profile)) for e in ours]
+        return [RunEntry(e.task_id, e.map_index, s, e.interruptions) for e, s in zip(ours, summaries, strict=True)]

@@ -3,8 +3,8 @@
 Two dependencies are overridden, both boundaries this provider owns: ``can_read_dag_xcom`` (core's
 ``requires_access_dag``, which needs an auth manager and the metadata database to say 200 or 403)
 and ``xcom_reader`` (the database read), replaced by a reader over in-memory entries that records
-what it was asked. Without the access override an anonymous request gets core's 401. The real
-401/403/200 answers through a running Airflow are the shared stack's tests.
+what it was asked (``profiles.MemoryReader``). Without the access override an anonymous request
+gets core's 401. The real 401/403/200 answers through a running Airflow are the shared stack's tests.
 """
 
 from __future__ import annotations
@@ -33,27 +33,20 @@ from airflow_gpu.plugins.app import (
 from airflow_gpu.plugins.document import TaskEntry, clean
 from airflow_gpu.plugins.pages import FRAMED_LINK
 from airflow_gpu.plugins.urls import PREFIX, run_path, task_path
-from tests.plugins.profiles import PRICES_SOURCE, document
+from tests.plugins.profiles import PRICES_SOURCE, MemoryReader, document
 from tests.properties import examples
 
 RUN = "manual__2026-11-23T15:00:00+00:00"
 
 
-class FakeReader:
-    """``xcom.read_entries`` over a fixed list (all of run ``RUN``), keeping each call's arguments."""
-
-    def __init__(self, entries: list[TaskEntry]) -> None:
-        self.entries = entries
-        self.calls: list[dict[str, Any]] = []
-
-    def __call__(self, *, dag_id: str, run_id: str, task_id: str | None) -> list[TaskEntry]:
-        self.calls.append({"dag_id": dag_id, "run_id": run_id, "task_id": task_id})
-        return [e for e in self.entries if run_id == RUN and (task_id is None or e.task_id == task_id)]
+def run_reader(entries: list[TaskEntry]) -> MemoryReader:
+    """A reader of run ``RUN`` only."""
+    return MemoryReader(entries, run_id=RUN)
 
 
 @pytest.fixture
-def reader() -> FakeReader:
-    return FakeReader(
+def reader() -> MemoryReader:
+    return run_reader(
         [
             TaskEntry("train", -1, document(4, workload="train-pod")),
             *[TaskEntry("score", i, document(1, workload=f"score-{i}")) for i in range(3)],
@@ -69,7 +62,7 @@ def _mounted() -> FastAPI:
 
 
 @pytest.fixture
-def client(reader: FakeReader) -> Iterator[TestClient]:
+def client(reader: MemoryReader) -> Iterator[TestClient]:
     app.dependency_overrides[can_read_dag_xcom] = lambda: None
     app.dependency_overrides[xcom_reader] = lambda: reader
     try:
@@ -82,11 +75,12 @@ def _get(client: TestClient, path: str) -> Any:
     return client.get(PREFIX + path)
 
 
-def test_the_task_page_decodes_the_ids_and_shows_the_profile(client: TestClient, reader: FakeReader) -> None:
+def test_the_task_page_decodes_the_ids_and_shows_the_profile(client: TestClient, reader: MemoryReader) -> None:
     response = _get(client, task_path("gpu dag", RUN, "train", -1))
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/html")
     assert response.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
-    assert reader.calls == [{"dag_id": "gpu dag", "run_id": RUN, "task_id": "train"}]
+    # The page reads that one instance, nothing else of the run.
+    assert reader.calls == [("entry", {"dag_id": "gpu dag", "run_id": RUN, "task_id": "train", "map_index": -1})]
     assert "train-pod" in response.text and "A10G:4" in response.text
     # Links between pages carry the mount point and the ids quoted again.
     assert f'href="{PREFIX}{run_path("gpu dag", RUN)}"' in response.text
@@ -98,12 +92,16 @@ def test_the_uis_literal_map_index_reads_as_the_unmapped_instance(client: TestCl
     assert response.status_code == 200 and "train-pod" in response.text
 
 
-def test_a_mapped_task_lists_its_instances_or_shows_the_one_asked_for(client: TestClient) -> None:
+def test_a_mapped_task_lists_its_instances_or_shows_the_one_asked_for(client: TestClient, reader: MemoryReader) -> None:
     listing = _get(client, task_path("d", RUN, "score"))
     assert listing.status_code == 200 and "3 mapped instances" in listing.text
     assert 'tasks/score?map_index=2">score [2]</a>' in listing.text
+    ids = {"dag_id": "d", "run_id": RUN, "task_id": "score"}
+    assert reader.calls == [("entry", {**ids, "map_index": -1}), ("map_indexes", ids)]  # no document of any shard
+    reader.calls.clear()
     shard = _get(client, task_path("d", RUN, "score", 1))
     assert "score-1" in shard.text and "<h1>GPU profile: score [1]</h1>" in shard.text
+    assert reader.calls == [("entry", {**ids, "map_index": 1})]
 
 
 def test_without_a_profile_the_page_is_the_empty_state_not_an_error(client: TestClient) -> None:
@@ -118,10 +116,10 @@ def test_a_bad_map_index_is_a_400(client: TestClient) -> None:
     assert client.get(f"{PREFIX}/api/dags/d/runs/r/tasks/t", params={"map_index": "-2"}).status_code == 400
 
 
-def test_the_run_page_rolls_up_every_task_instance(client: TestClient, reader: FakeReader) -> None:
+def test_the_run_page_rolls_up_every_task_instance(client: TestClient, reader: MemoryReader) -> None:
     response = _get(client, run_path("d", RUN))
     assert response.status_code == 200
-    assert reader.calls == [{"dag_id": "d", "run_id": RUN, "task_id": None}]
+    assert reader.calls == [("run", {"dag_id": "d", "run_id": RUN})]  # summaries, not documents
     assert "score: 3 mapped instances, 0.30 GPU-hours" in response.text
     assert "<b>0.70</b><span>GPU-hours</span>" in response.text
 
@@ -140,7 +138,7 @@ def test_json_twins(client: TestClient) -> None:
     ]  # fmt: skip
 
 
-def test_anonymous_requests_get_401_from_airflows_own_check(reader: FakeReader) -> None:
+def test_anonymous_requests_get_401_from_airflows_own_check(reader: MemoryReader) -> None:
     """Only the reader is overridden: core's requires_access_dag refuses a request without a token."""
     app.dependency_overrides[xcom_reader] = lambda: reader
     try:
@@ -171,7 +169,7 @@ def test_a_framed_page_shows_outside_addresses_as_text_and_keeps_its_own_links(c
     assert f'<a href="{PREFIX}{run_path("d", RUN)}">the whole run</a>' in framed_task
 
 
-def test_a_framed_request_without_a_sign_in_gets_a_page_saying_where_to_look(reader: FakeReader) -> None:
+def test_a_framed_request_without_a_sign_in_gets_a_page_saying_where_to_look(reader: MemoryReader) -> None:
     """What a link followed in a frame without allow-same-origin meets: no cookie, core's 401, here as a page."""
     app.dependency_overrides[xcom_reader] = lambda: reader
     try:
@@ -203,7 +201,7 @@ def started() -> Iterator[TestClient]:
 @contextmanager
 def _serving(started: TestClient, entries: list[TaskEntry]) -> Iterator[TestClient]:
     app.dependency_overrides[can_read_dag_xcom] = lambda: None
-    app.dependency_overrides[xcom_reader] = lambda: FakeReader(entries)
+    app.dependency_overrides[xcom_reader] = lambda: run_reader(entries)
     try:
         yield started
     finally:
@@ -261,7 +259,7 @@ def test_any_document_answers_200_with_pages_and_strict_json(
             assert body["profile"] == json.loads(json.dumps(clean(entries[0 if "train" in path else 1]).profile))
         _get(client, run_path("d", RUN, api=True)).raise_for_status()
     # What the routes return encodes as Starlette's JSONResponse encodes it, whatever FastAPI does first.
-    reader = FakeReader(entries)
+    reader = run_reader(entries)
     for task_id in ("train", "score"):
         json.dumps(task_instance_json("d", RUN, task_id, reader, "0" if task_id == "score" else None), allow_nan=False)
     json.dumps(dag_run_json("d", RUN, reader), allow_nan=False)

@@ -4,19 +4,25 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import datetime, timezone
 from typing import Any
 
+from airflow_gpu.plugins import charts
 from airflow_gpu.plugins.document import (
     LARGEST,
     MAX_DEPTH,
+    RunEntry,
     TaskEntry,
     clean,
+    clean_run,
     gpu_labels,
     interruption_count,
     number,
+    profile_summary,
     sanitise,
     series,
+    spark,
     task_row,
 )
 from tests.plugins.profiles import document
@@ -53,10 +59,14 @@ def test_interruptions_prefer_the_operators_records() -> None:
 
 
 def test_a_row_for_a_value_that_is_not_a_profile() -> None:
-    row = task_row(TaskEntry("t", 4, {"v": 2, "gpu_hours": 9}))
+    row = task_row(RunEntry("t", 4, profile_summary({"v": 2, "gpu_hours": 9})))
     assert (row["profiled"], row["gpu_hours"], row["map_index"]) == (False, None, 4)
     assert row["note"] == "gpu_profile is not a profile document"
-    assert task_row(TaskEntry("t", -1, None, [{}]))["note"] == "no gpu_profile in XCom"
+    assert task_row(RunEntry("t", -1, None, [{}]))["note"] == "no gpu_profile in XCom"
+    # A gpu_profile_summary any task may push: not a summary, no figures.
+    odd = task_row(RunEntry("t", 1, {"v": 2, "profiled": True, "gpu_hours": 9}))
+    assert (odd["profiled"], odd["gpu_hours"]) == (False, None)
+    assert odd["note"] == "gpu_profile_summary is not a summary (version 1)"
 
 
 def test_number_refuses_what_would_overflow_the_pages_arithmetic() -> None:
@@ -94,3 +104,66 @@ def nested(leaf: Any, depth: int) -> Any:
 def test_clean_sanitises_both_xcom_values_of_an_entry() -> None:
     entry = clean(TaskEntry("t", 2, {"v": 1, "gpu_hours": math.inf}, [{"at": math.nan}]))
     assert entry == TaskEntry("t", 2, {"v": 1, "gpu_hours": None}, [{"at": None}])
+
+
+def _long_document(gpus: int, points: int) -> dict[str, Any]:
+    """A document whose series are ``points`` long per GPU: the size the run page must not read."""
+    doc = document(gpus)
+    for entry in doc["series"]:
+        entry["time"] = [1763900000.0 + 60 * i for i in range(points)]
+        for name in ("gpu_util", "mem_copy_util", "fb_used", "power_usage", "gpu_temp", "sm_clock"):
+            entry[name] = [float((i * 7 + entry["gpu"] * 13) % 100) for i in range(points)]
+    return doc
+
+
+def test_the_summary_is_small_and_holds_what_the_run_row_shows() -> None:
+    doc = _long_document(8, 240)
+    summary = profile_summary(doc)
+    assert len(json.dumps(doc)) > 100_000 and len(json.dumps(summary, allow_nan=False)) < 1024
+    assert "series" not in summary and summary["advice"] == 1 and summary["interruptions"] == 0
+    row = task_row(RunEntry("score", 3, summary, [{"action": "resubmit"}]))
+    assert {k: row[k] for k in ("profiled", "gpu_hours", "energy_wh", "util_mean", "cost_usd", "accelerator")} == {
+        "profiled": True, "gpu_hours": 0.8, "energy_wh": 120.0, "util_mean": 61.0, "cost_usd": 2.27,
+        "accelerator": "A10G:8",
+    }  # fmt: skip
+    assert (row["interruptions"], row["advice"], row["note"]) == (1, 1, None)
+
+
+def test_the_summarys_sparkline_is_the_one_the_series_draw() -> None:
+    """The run page draws the summary's slices: the same line as the whole series averaged over GPUs."""
+    doc = _long_document(4, 240)
+    times = [t for entry in doc["series"] for t in entry["time"]]
+    values = [v for entry in doc["series"] for v in entry["gpu_util"]]
+    drawn = charts.spark_svg(*spark(profile_summary(doc)))
+    whole = charts.sparkline(times, values)
+    assert drawn.startswith('<svg class="spark"')
+    # Whole percents: within a sixth of a pixel of the line the series draw, point for point.
+    ours, theirs = (re.findall(r"[\d.]+", re.search(r' d="([^"]*)"', svg)[1]) for svg in (drawn, whole))  # type: ignore[index]
+    assert len(ours) == len(theirs) == 2 * 48
+    assert max(abs(float(a) - float(b)) for a, b in zip(ours, theirs, strict=True)) <= 0.17
+
+
+def test_a_sparse_sparkline_keeps_its_slice_numbers() -> None:
+    """A slice without a sample is left out (the line joins its neighbours); a slice without a reading is a gap."""
+    samples = {"gpu": 0, "time": [0.0, 1.0, 5.0, 9.0], "gpu_util": [10, 20, None, 40.4]}
+    summary = profile_summary(document(1, series=[samples]))
+    assert summary["spark"] == {"buckets": 4, "util": [15, None, 40], "at": [0, 2, 3]}
+    assert spark(summary) == (4, [(0, 15.0), (2, None), (3, 40.0)])
+    dense = profile_summary(document(1))["spark"]
+    assert "at" not in dense and len(dense["util"]) == dense["buckets"] == 7
+
+
+def test_a_malformed_summary_sparkline_is_left_out_not_an_error() -> None:
+    assert spark({"spark": {"buckets": 10**6, "util": [1.0]}}) == (0, [])
+    assert spark({"spark": {"buckets": 4, "util": [50, 1.0, 2, "y", 7], "at": [0, 9, 1.5, 2, "x"]}}) == (
+        4,
+        [(0, 50.0), (2, None)],
+    )
+    assert spark({"spark": {"buckets": 2, "util": "50"}}) == (2, [])
+    assert spark(None) == (0, []) and charts.spark_svg(0, []) == ""
+
+
+def test_clean_run_sanitises_a_summary_any_task_may_push() -> None:
+    entry = clean_run(RunEntry("t", 0, {"v": 1, "profiled": True, "gpu_hours": math.nan}, None, True))
+    assert entry == RunEntry("t", 0, {"v": 1, "profiled": True, "gpu_hours": None}, None, True)
+    assert task_row(entry)["gpu_hours"] is None

@@ -29,7 +29,7 @@ from airflow_gpu.plugins.app import app, can_read_dag_xcom, xcom_reader
 from airflow_gpu.plugins.document import TaskEntry
 from airflow_gpu.plugins.urls import PREFIX, run_path, task_path
 from airflow_gpu.testing.polling import wait_for
-from tests.plugins.profiles import document
+from tests.plugins.profiles import MemoryReader, document
 from tests.programs import program
 
 UI_ASSETS = Path(airflow.__file__).parent / "ui" / "dist" / "assets"
@@ -93,9 +93,7 @@ def server() -> Iterator[str]:
     source = {**document(1)["cost"], "source": origin + EXTERNAL}
     entries = [TaskEntry("score", i, document(1, workload=f"score-{i}", cost=source)) for i in range(2)]
     app.dependency_overrides[can_read_dag_xcom] = _signed_in
-    app.dependency_overrides[xcom_reader] = lambda: (
-        lambda **ids: [e for e in entries if ids["task_id"] in (None, e.task_id)]
-    )
+    app.dependency_overrides[xcom_reader] = lambda: MemoryReader(entries)
     uvicorn_server = uvicorn.Server(uvicorn.Config(_stand_in(), log_level="warning"))
     thread = threading.Thread(target=uvicorn_server.run, kwargs={"sockets": [listener]}, daemon=True)
     thread.start()

@@ -18,7 +18,7 @@ from airflow_gpu.links.profile import GPUProfileLink
 from airflow_gpu.plugins.app import app, can_read_dag_xcom, xcom_reader
 from airflow_gpu.plugins.document import TaskEntry
 from airflow_gpu.plugins.urls import PREFIX, parse_map_index
-from tests.plugins.profiles import document
+from tests.plugins.profiles import MemoryReader, document
 
 RUN = "manual__2026-11-23T15:00:00+00:00"
 QUOTED_RUN = "manual__2026-11-23T15%3A00%3A00%2B00%3A00"
@@ -62,11 +62,7 @@ def test_a_runtime_task_instance_without_map_index_links_the_unmapped_page(base_
 def client() -> Iterator[TestClient]:
     entries = [TaskEntry("score", i, document(1, workload=f"job-{i}")) for i in range(8)]
     app.dependency_overrides[can_read_dag_xcom] = lambda: None
-    app.dependency_overrides[xcom_reader] = lambda: (
-        lambda *, dag_id, run_id, task_id: [
-            e for e in entries if (dag_id, run_id, task_id) == ("gpu dag", RUN, e.task_id)
-        ]
-    )
+    app.dependency_overrides[xcom_reader] = lambda: MemoryReader(entries, dag_id="gpu dag", run_id=RUN)
     parent = FastAPI()
     parent.mount("/base" + PREFIX, app)
     try:

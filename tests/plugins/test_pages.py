@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_gpu.plugins import pages
-from airflow_gpu.plugins.document import TaskEntry, rollup
+from airflow_gpu.plugins.document import RunEntry, profile_summary, rollup
 from airflow_gpu.profiling import marker
 from airflow_gpu.profiling.report import build_profile
 from airflow_gpu.profiling.samples import Sample
@@ -131,8 +131,8 @@ def test_any_document_renders_without_raising(overrides: dict[str, Any], bad_ser
     if bad_series:
         doc["series"] = [{"gpu": "x", "time": [1.0]}, {"gpu": 0, "time": ["a", None, 2.0], "gpu_util": ["b", 3]}]
     assert _task(doc).startswith("<!doctype html>")
-    row = rollup("d", "r", [TaskEntry("t", -1, doc, overrides.get("signals"))])
-    assert pages.run_page(row, [TaskEntry("t", -1, doc)], BASE).startswith("<!doctype html>")
+    entries = [RunEntry("t", -1, profile_summary(doc), overrides.get("signals"))]
+    assert pages.run_page(rollup("d", "r", entries), entries, BASE).startswith("<!doctype html>")
 
 
 def test_a_mapped_task_without_map_index_lists_its_instances() -> None:
@@ -142,15 +142,16 @@ def test_a_mapped_task_without_map_index_lists_its_instances() -> None:
     assert links == [(f"/gpu-profile/dags/d/runs/{run}/tasks/score?map_index={i}", str(i)) for i in range(3)]
 
 
-def _shards() -> list[TaskEntry]:
+def _shards() -> list[RunEntry]:
+    """The run page's entries: each instance's summary, as the operator pushes it beside the document."""
     busy = document(1, util_mean=90.0, gpu_hours=1.0, energy_wh=300.0, interruptions=1)
     idle = document(2, util_mean=30.0, gpu_hours=3.0, energy_wh=None, cost=None)
     return [
-        TaskEntry("score", 0, busy),
-        TaskEntry("score", 1, idle, [{"action": "resubmit"}, {"action": "retried-by-platform"}]),
-        TaskEntry("score", 2, empty_document()),
-        TaskEntry("train", -1, document(4)),
-        TaskEntry("prepare", -1, None, [{"action": "fail"}]),  # interrupted, never profiled
+        RunEntry("score", 0, profile_summary(busy)),
+        RunEntry("score", 1, profile_summary(idle), [{"action": "resubmit"}, {"action": "retried-by-platform"}]),
+        RunEntry("score", 2, profile_summary(empty_document())),
+        RunEntry("train", -1, profile_summary(document(4))),
+        RunEntry("prepare", -1, None, [{"action": "fail"}]),  # interrupted, never profiled
     ]
 
 

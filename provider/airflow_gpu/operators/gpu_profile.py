@@ -5,7 +5,9 @@ entrypoint (``airflow_gpu.profiling.bundle``), which needs nothing from the imag
 what it prints at exit is read back with the result line (``utils.results.read_output``), turned
 into the document the report pages show (``profiling.report``), and pushed to XCom for every pod
 or job that ended, so that a preempted or failed one leaves its profile too (the last one wins).
-A profile that cannot be had is a log line and an empty document, never a failed task.
+Beside it goes ``gpu_profile_summary`` (``plugins.document.profile_summary``, under 1 KB): what the
+run page shows of the instance, so that a run of 1,000 mapped instances is drawn without reading
+their documents. A profile that cannot be had is a log line and an empty document, never a failed task.
 """
 
 from __future__ import annotations
@@ -103,8 +105,24 @@ def publish_profile(
     except Exception as error:
         log.warning("GPU profile of %s was not stored: %s: %s", workload, type(error).__name__, error)
         return None
+    _push_summary(context, document, workload, log)
     log.info("GPU profile of %s: %s", workload, headline(document))
     return document
+
+
+def _push_summary(context: Context, document: dict[str, Any], workload: str | None, log: Any) -> None:
+    """XCom ``gpu_profile_summary`` beside the document; without it the run page reads the whole document."""
+    from airflow_gpu.plugins.document import SUMMARY_KEY, profile_summary
+
+    try:
+        context["ti"].xcom_push(key=SUMMARY_KEY, value=profile_summary(document))
+    except Exception as error:
+        log.warning(
+            "GPU profile summary of %s was not stored (the run page reads the whole profile instead): %s: %s",
+            workload,
+            type(error).__name__,
+            error,
+        )
 
 
 def headline(document: dict[str, Any]) -> str:

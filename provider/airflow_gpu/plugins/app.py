@@ -14,7 +14,9 @@ Airflow does not authenticate plugin apps: every route depends on ``can_read_dag
 a token or with an expired one (``Authorization: Bearer``, else the UI's ``_token`` cookie, so the
 UI's same-origin iframe is signed in), 403 for a token that does not verify and when the auth
 manager denies this DAG. The XCom reads go through
-the ``xcom_reader`` dependency; tests override both, which are the boundaries this module owns.
+the ``xcom_reader`` dependency (a ``Reader``); tests override both, which are the boundaries this
+module owns. Each page reads only what it shows (``xcom``): one instance's page its own document,
+the run page the instances' summaries, never every instance's document.
 Every entry read is ``document.clean``ed first, so a document holding NaN, infinities, huge
 integers or non-JSON values renders and encodes like any other (never a 500).
 HTML answers carry a Content-Security-Policy that forbids every script: the pages need none.
@@ -26,9 +28,7 @@ where the report is in the Airflow UI rather than JSON shown in the tab. Answers
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import partial
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 from urllib.parse import quote
 
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
@@ -40,12 +40,32 @@ from fastapi.responses import HTMLResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from airflow_gpu.plugins import pages
-from airflow_gpu.plugins.document import TaskEntry, clean, interruption_count, is_profile, rollup
+from airflow_gpu.plugins.document import (
+    RunEntry,
+    TaskEntry,
+    clean,
+    clean_run,
+    interruption_count,
+    is_profile,
+    rollup,
+)
 from airflow_gpu.plugins.urls import parse_map_index
-from airflow_gpu.plugins.xcom import read_entries
+from airflow_gpu.plugins.xcom import XComReader
 
-#: ``reader(dag_id=..., run_id=..., task_id=...)``: the run's (or one task's) entries, as ``xcom.read_entries``.
-Reader = Callable[..., list[TaskEntry]]
+
+class Reader(Protocol):
+    """What the routes read, as ``xcom.XComReader`` reads it from the metadata database."""
+
+    def entry(self, *, dag_id: str, run_id: str, task_id: str, map_index: int) -> TaskEntry | None:
+        """One task instance's profile and interruption records (None: it has neither)."""
+
+    def map_indexes(self, *, dag_id: str, run_id: str, task_id: str) -> list[int]:
+        """The map indexes of a task with a profile or interruption records, sorted."""
+
+    def run(self, *, dag_id: str, run_id: str) -> list[RunEntry]:
+        """Every task instance of the run with a profile or interruption records: summaries, not documents."""
+
+
 #: No script, no remote resource; only the UI (same origin) may frame the page.
 CONTENT_SECURITY_POLICY = (
     "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'; "
@@ -57,8 +77,8 @@ can_read_dag_xcom = requires_access_dag("GET", DagAccessEntity.XCOM)
 
 
 def xcom_reader(session: SessionDep) -> Reader:
-    """The XCom reader a request uses: ``read_entries`` on the request's database session."""
-    return partial(read_entries, session)
+    """The XCom reader a request uses: ``xcom.XComReader`` on the request's database session."""
+    return XComReader(session)
 
 
 ReaderDep = Annotated[Reader, Depends(xcom_reader)]
@@ -96,9 +116,9 @@ def _framed(request: Request) -> bool:
     return request.headers.get("sec-fetch-dest") == "iframe"
 
 
-def _read(reader: Reader, *, dag_id: str, run_id: str, task_id: str | None) -> list[TaskEntry]:
-    """The reader's entries made JSON-safe (``document.clean``): XCom holds whatever a task pushed."""
-    return [clean(entry) for entry in reader(dag_id=dag_id, run_id=run_id, task_id=task_id)]
+def _read_run(reader: Reader, *, dag_id: str, run_id: str) -> list[RunEntry]:
+    """The run's entries made JSON-safe (``document.clean_run``): XCom holds whatever a task pushed."""
+    return [clean_run(entry) for entry in reader.run(dag_id=dag_id, run_id=run_id)]
 
 
 def _base(request: Request) -> str:
@@ -106,15 +126,23 @@ def _base(request: Request) -> str:
     return str(request.scope.get("root_path", "")).rstrip("/")
 
 
-def _pick(entries: list[TaskEntry], wanted: int | None) -> tuple[TaskEntry | None, int | None, list[int]]:
-    """The entry to show, its map index, and (for a mapped task opened without a map index) the choices."""
+def _pick(
+    reader: Reader, *, dag_id: str, run_id: str, task_id: str, wanted: int | None
+) -> tuple[TaskEntry | None, int | None, list[int]]:
+    """The entry to show (made JSON-safe), its map index, and (a mapped task opened without a map index) the choices.
+
+    Only the instance shown is read: without a map index, the unmapped instance; where there is
+    none, the map indexes that have a profile (no document read) to choose from.
+    """
+    ids = {"dag_id": dag_id, "run_id": run_id, "task_id": task_id}
     if wanted is not None:
-        return next((e for e in entries if e.map_index == wanted), None), wanted, []
-    unmapped = next((e for e in entries if e.map_index == -1), None)
-    mapped = sorted(e.map_index for e in entries if e.map_index >= 0)
-    if unmapped is not None or not mapped:
-        return unmapped, -1, []
-    return None, None, mapped
+        entry = reader.entry(**ids, map_index=wanted)
+        return (None if entry is None else clean(entry)), wanted, []
+    unmapped = reader.entry(**ids, map_index=-1)
+    if unmapped is not None:
+        return clean(unmapped), -1, []
+    mapped = [index for index in reader.map_indexes(**ids) if index >= 0]
+    return (None, None, mapped) if mapped else (None, -1, [])
 
 
 _DAG = [Depends(can_read_dag_xcom)]
@@ -157,7 +185,7 @@ def task_instance_page(
 ) -> HTMLResponse:
     """One task instance's profile page (or a mapped task's index, or the empty state)."""
     wanted = _map_index(map_index)
-    entry, index, choices = _pick(_read(reader, dag_id=dag_id, run_id=run_id, task_id=task_id), wanted)
+    entry, index, choices = _pick(reader, dag_id=dag_id, run_id=run_id, task_id=task_id, wanted=wanted)
     base = _base(request)
     if choices:
         return _html(pages.map_index_page(dag_id, run_id, task_id, choices, base))
@@ -180,7 +208,7 @@ def task_instance_page(
 @app.get("/dags/{dag_id}/runs/{run_id}", response_class=HTMLResponse, dependencies=_DAG)
 def dag_run_page(request: Request, dag_id: str, run_id: str, reader: ReaderDep) -> HTMLResponse:
     """The run's roll-up page over every task instance with a profile or interruptions."""
-    entries = _read(reader, dag_id=dag_id, run_id=run_id, task_id=None)
+    entries = _read_run(reader, dag_id=dag_id, run_id=run_id)
     return _html(pages.run_page(rollup(dag_id, run_id, entries), entries, _base(request), framed=_framed(request)))
 
 
@@ -189,8 +217,7 @@ def task_instance_json(
     dag_id: str, run_id: str, task_id: str, reader: ReaderDep, map_index: MapIndexQuery = None
 ) -> dict[str, Any]:
     """``profile``: the XCom document as stored (null when absent); ``map_indexes``: a mapped task's choices."""
-    entries = _read(reader, dag_id=dag_id, run_id=run_id, task_id=task_id)
-    entry, index, choices = _pick(entries, _map_index(map_index))
+    entry, index, choices = _pick(reader, dag_id=dag_id, run_id=run_id, task_id=task_id, wanted=_map_index(map_index))
     profile = entry.profile if entry is not None else None
     return {
         "dag_id": dag_id,
@@ -208,5 +235,8 @@ def task_instance_json(
 
 @app.get("/api/dags/{dag_id}/runs/{run_id}", dependencies=_DAG)
 def dag_run_json(dag_id: str, run_id: str, reader: ReaderDep) -> dict[str, Any]:
-    """The roll-up: ``totals``, ``prices`` (date and source of the list prices used) and one ``tasks`` row each."""
-    return rollup(dag_id, run_id, _read(reader, dag_id=dag_id, run_id=run_id, task_id=None))
+    """The roll-up: ``totals``, ``prices`` (date and source of the list prices used) and one ``tasks`` row each.
+
+    ``summarised_from_documents``: how many rows were worked out from a full document (no summary stored).
+    """
+    return rollup(dag_id, run_id, _read_run(reader, dag_id=dag_id, run_id=run_id))

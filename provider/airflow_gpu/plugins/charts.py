@@ -157,20 +157,27 @@ def legend(labels: Sequence[str]) -> str:
     return f'<ul class="legend">{items}</ul>'
 
 
-def sparkline(
-    times: Sequence[float], values: Sequence[float | None], *, y_max: float = 100.0, buckets: int = 48
-) -> str:
-    """A small chart without axes (120 x 24) for a table cell: the shape of a task's utilisation.
+#: The most slices a sparkline draws (one table cell is 120 pixels wide).
+SPARK_BUCKETS = 48
+#: A sparkline's slices: ``(slice index, mean reading or None for a gap)`` for each slice a sample fell in.
+SparkPoints = list[tuple[int, float | None]]
+
+
+def spark_buckets(
+    times: Sequence[float], values: Sequence[float | None], *, buckets: int = SPARK_BUCKETS
+) -> tuple[int, SparkPoints]:
+    """How many slices a sparkline of these samples has, and the mean reading of each slice a sample fell in.
 
     Points are averaged in equal slices of time, ``buckets`` at most and no more than there are
-    distinct sample times, so several GPUs' series given together draw as their mean. A
-    slice whose samples have no reading is a gap; a slice that no sample falls in (the sampling is
-    coarser than the slices, or uneven) is skipped and the line joins its neighbours, so a short
-    run draws a connected line rather than isolated points.
+    distinct sample times, so several GPUs' series given together come out as their mean. A slice
+    whose samples have no reading is a gap (None); a slice that no sample falls in (the sampling is
+    coarser than the slices, or uneven) is left out and the line joins its neighbours, so a short
+    run draws a connected line rather than isolated points. This is what the ``gpu_profile_summary``
+    XCom stores (``document.profile_summary``): the run page draws it without reading any series.
     """
     read = [t for t, v in zip(times, values, strict=False) if v is not None]
     if not read:
-        return ""
+        return 0, []
     t0, t1 = min(read), max(read)
     # Samples without a reading before the first reading or after the last: nothing to draw there.
     pairs = [(t, v) for t, v in zip(times, values, strict=False) if t0 <= t <= t1]
@@ -184,13 +191,27 @@ def sparkline(
         if v is not None:
             sums[index][0] += v
             sums[index][1] += 1
-    xs = [1 + (i + 0.5) / buckets * 118 for i in range(buckets) if sampled[i]]
-    ys = [
-        None if n == 0 else 23 - min(max(total / n, 0.0), y_max) / y_max * 22
-        for (total, n), seen in zip(sums, sampled, strict=True)
+    return buckets, [
+        (i, None if n == 0 else total / n)
+        for i, ((total, n), seen) in enumerate(zip(sums, sampled, strict=True))
         if seen
     ]
+
+
+def spark_svg(buckets: int, points: SparkPoints, *, y_max: float = 100.0) -> str:
+    """A small chart without axes (120 x 24) for a table cell, from ``spark_buckets``; nothing without a reading."""
+    if buckets < 1 or all(v is None for _, v in points):
+        return ""
+    xs = [1 + (i + 0.5) / buckets * 118 for i, _ in points]
+    ys = [None if v is None else 23 - min(max(v, 0.0), y_max) / y_max * 22 for _, v in points]
     return (
         '<svg class="spark" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 120 24" width="120" height="24" '
         f'aria-hidden="true"><path class="s0" d="{_path(xs, ys)}"/></svg>'
     )
+
+
+def sparkline(
+    times: Sequence[float], values: Sequence[float | None], *, y_max: float = 100.0, buckets: int = SPARK_BUCKETS
+) -> str:
+    """A small chart without axes (120 x 24) for a table cell: a task's utilisation over time (``spark_buckets``)."""
+    return spark_svg(*spark_buckets(times, values, buckets=buckets), y_max=y_max)

@@ -22,7 +22,7 @@ from typing import Any
 
 from airflow_gpu.plugins import charts
 from airflow_gpu.plugins.document import (
-    TaskEntry,
+    RunEntry,
     gpu_labels,
     interruption_count,
     is_profile,
@@ -30,6 +30,7 @@ from airflow_gpu.plugins.document import (
     mapping,
     number,
     series,
+    spark,
     text,
 )
 from airflow_gpu.plugins.urls import run_path, task_path
@@ -395,17 +396,12 @@ def task_page(
     return page(f"GPU profile: {task_id}", body)
 
 
-def _spark(value: Any) -> str:
-    """The task instance's utilisation over time, its GPUs averaged, for a table cell."""
-    lines = series(mapping(value), ("gpu_util",))
-    times = [t for s in lines for t in s.times]
-    return charts.sparkline(times, [v for s in lines for v in s.values["gpu_util"]])
-
-
-def run_page(rollup: Mapping[str, Any], entries: Sequence[TaskEntry], base: str, *, framed: bool = False) -> str:
+def run_page(rollup: Mapping[str, Any], entries: Sequence[RunEntry], base: str, *, framed: bool = False) -> str:
     """A DAG run: totals over every profiled task instance, then one row per task instance (mapped ones grouped).
 
-    ``framed``: the page sits in the UI's tab frame (outside addresses as text, see the module).
+    Drawn from the instances' summaries only (``document.profile_summary``); each row's sparkline
+    from the summary's slices. ``framed``: the page sits in the UI's tab frame (outside addresses
+    as text, see the module).
     """
     dag_id, run_id = str(rollup["dag_id"]), str(rollup["run_id"])
     totals = mapping(rollup.get("totals"))
@@ -438,7 +434,13 @@ def run_page(rollup: Mapping[str, Any], entries: Sequence[TaskEntry], base: str,
             f"{_e(text(p.get('prices_date')))}, {_external_link(p.get('source'), framed)}" for p in prices
         )
         body += "</p>"
-    profiles = {(e.task_id, e.map_index): e.profile for e in entries}
+    from_documents = int(number(rollup.get("summarised_from_documents")) or 0)
+    if from_documents:
+        body += (
+            f"<p class=meta>{from_documents} of these task instances have no stored summary (profiled by an "
+            "older airflow-provider-gpu): their full profiles were read to draw this page, which is slower.</p>"
+        )
+    summaries = {(e.task_id, e.map_index): e.summary for e in entries}
     head = (
         "<tr><th>Task</th><th>Accelerator</th><th>Capacity</th><th class=n>Duration</th><th class=n>GPU-hours</th>"
         "<th class=n>Util mean</th><th>Utilisation</th><th class=n>Energy</th><th class=n>Cost</th>"
@@ -468,7 +470,7 @@ def run_page(rollup: Mapping[str, Any], entries: Sequence[TaskEntry], base: str,
                 f"<td class=n>{fmt_duration(row.get('duration_s'))}</td>"
                 f"<td class=n>{fmt(row.get('gpu_hours'), digits=2)}</td>"
                 f"<td class=n>{fmt(row.get('util_mean'), '%')}</td>"
-                f"<td>{_spark(profiles.get((task_id, index)))}</td>"
+                f"<td>{charts.spark_svg(*spark(summaries.get((task_id, index))))}</td>"
                 f"<td class=n>{fmt_energy(row.get('energy_wh'))}</td>"
                 f"<td class=n>{fmt_usd(row.get('cost_usd'))}</td>"
                 f"<td class=n>{fmt(row.get('interruptions'), digits=0)}</td>"
