@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from airflow_gpu.testing.kubernetes import config_data, paging, pod_exec, protobuf, tables
+from airflow_gpu.testing.kubernetes import config_data, field_validation, openapi, paging, pod_exec, protobuf, tables
 from airflow_gpu.testing.kubernetes import patch as patching
 from airflow_gpu.testing.kubernetes.api_faults import RESET, ApiCall, ApiFault
 from airflow_gpu.testing.kubernetes.cluster import NodeSpec
@@ -178,6 +178,26 @@ async def _body(request: web.Request) -> Any:
     return json.loads(raw) if raw else {}
 
 
+async def _decoded(request: web.Request, resource: Resource) -> tuple[Any, list[str]]:
+    """A create or update body after server-side field validation (``field_validation``): the
+    object without unknown fields, and the ``Warning`` headers to answer with."""
+    raw = await request.read()
+    if raw and request.content_type == protobuf.CONTENT_TYPE:
+        return protobuf.decode(raw), []
+    mode = field_validation.directive(request.query)
+    body = field_validation.loads(raw) if raw else {}
+    pruned, found = field_validation.check(body, resource)
+    if found.errors and mode == field_validation.STRICT:
+        raise field_validation.decode_error(found, resource, body, raw)
+    return pruned, field_validation.warnings(found) if mode == field_validation.WARN else []
+
+
+def _warned(response: web.Response, warnings: list[str]) -> web.Response:
+    for warning in warnings:
+        response.headers.add("Warning", warning)
+    return response
+
+
 # --- discovery ------------------------------------------------------------------------------
 
 
@@ -255,6 +275,25 @@ async def batch_resources(request: web.Request) -> web.Response:
 
 async def healthz(request: web.Request) -> web.Response:
     return web.Response(text="ok")
+
+
+async def openapi_v3(request: web.Request) -> web.Response:
+    """``/openapi/v3`` and ``/openapi/v3/{api/v1,apis/batch/v1}`` (``openapi``)."""
+    path = request.match_info.get("path")
+    if not path:
+        return web.Response(body=openapi.v3_index(), content_type="application/json")
+    group_version = openapi.v3_path(path)
+    if group_version is None:
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+    return web.Response(body=openapi.v3_document(group_version), content_type="application/json")
+
+
+async def openapi_v2(request: web.Request) -> web.Response:
+    """``/openapi/v2`` as JSON; 406 to a client that takes only the protobuf form (not served)."""
+    accept = request.headers.get("Accept", "")
+    if accept and not any(t.split(";")[0].strip() in ("application/json", "*/*") for t in accept.split(",")):
+        raise ApiError(406, "NotAcceptable", "only the following media types are accepted: application/json")
+    return web.Response(body=openapi.v2_document(), content_type="application/json")
 
 
 # --- generic CRUD ---------------------------------------------------------------------------
@@ -363,10 +402,14 @@ async def _watch(
 async def create(request: web.Request) -> web.Response:
     state, resource = _state(request), _resource(request)
     namespace = request.match_info.get("namespace", "")
-    body = await _body(request)
+    body, warnings = await _decoded(request, resource)
     if not isinstance(body, dict):
         raise bad_request("the body must be a JSON object")
-    if request.query.get("dryRun") == "All":
+    return _warned(await _create(state, resource, namespace, body, request.query.get("dryRun") == "All"), warnings)
+
+
+async def _create(state: ClusterState, resource: Resource, namespace: str, body: Obj, dry_run: bool) -> web.Response:
+    if dry_run:
         return _json(body, 201)
     if resource.plural == "pods":
         return _json(state.create_pod(namespace, body), 201)
@@ -417,7 +460,9 @@ def _replace(state: ClusterState, resource: Resource, current: Obj, new: Obj, st
         updated = {**current, "status": new.get("status", current.get("status"))}
     else:
         updated = {**new, "metadata": {**(new.get("metadata") or {}), **kept_metadata}}
-        updated["status"] = current.get("status", {})
+        updated.pop("status", None)
+        if "status" in current:  # a ConfigMap, a Secret or a ServiceAccount has none
+            updated["status"] = current["status"]
         updated["apiVersion"], updated["kind"] = current["apiVersion"], current["kind"]
         added = set(updated["metadata"].get("finalizers") or []) - set(current["metadata"].get("finalizers") or [])
         if current["metadata"].get("deletionTimestamp") and added:
@@ -437,22 +482,32 @@ async def update(request: web.Request) -> web.Response:
     state = _state(request)
     resource, namespace, name = _key(request)
     current = state.store.get(resource.plural, namespace, name)
-    body = await _body(request)
-    return _json(_replace(state, resource, current, body, request.path.endswith("/status")))
+    body, warnings = await _decoded(request, resource)
+    return _warned(_json(_replace(state, resource, current, body, request.path.endswith("/status"))), warnings)
 
 
 async def patch(request: web.Request) -> web.Response:
     state = _state(request)
     resource, namespace, name = _key(request)
     current = state.store.get(resource.plural, namespace, name)
-    body = await _body(request)
-    patched = patching.apply(copy.deepcopy(current), body, request.content_type or patching.MERGE)
+    mode = field_validation.directive(request.query)
+    raw = await request.read()
+    body = field_validation.loads(raw) if raw else {}
+    content_type = request.content_type or patching.MERGE
+    patched = patching.apply(copy.deepcopy(current), body, content_type)
     if not isinstance(patched, dict):
         raise ApiError(422, "Invalid", "the patch did not produce an object")
+    merged = field_validation.plain(patched)
+    patched, found = field_validation.check(merged, resource)
+    found.errors[:0] = field_validation.duplicates(body)
+    if found.errors and mode == field_validation.STRICT:  # the patch map for strategic merge, else the object
+        strategic = content_type.startswith(patching.STRATEGIC)
+        shown = field_validation.go_format(body) if strategic else json.dumps(merged, separators=(",", ":"))
+        raise field_validation.patch_error(found, shown)
     result = _replace(state, resource, current, patched, request.path.endswith("/status"))
     if resource.plural == "nodes":
         state.schedule_soon()
-    return _json(result)
+    return _warned(_json(result), field_validation.warnings(found) if mode == field_validation.WARN else [])
 
 
 async def delete(request: web.Request) -> web.Response:
@@ -661,6 +716,9 @@ def build_app(state: ClusterState) -> web.Application:
     app.router.add_get("/version", version)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", healthz)
+    app.router.add_get("/openapi/v2", openapi_v2)
+    app.router.add_get("/openapi/v3", openapi_v3)
+    app.router.add_get("/openapi/v3/{path:.+}", openapi_v3)
     app.router.add_get("/api", api_versions)
     app.router.add_get("/apis", api_groups)
     for slash in ("", "/"):  # the generated clients ask for /api/v1/ (get_api_resources)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any
 
 from airflow_gpu.testing.kubernetes.objects import ApiError, bad_request
@@ -13,21 +14,69 @@ JSON_PATCH = "application/json-patch+json"
 
 
 def merge(target: Any, patch: Any, strategic: bool = False) -> Any:
-    """RFC 7386 merge; the strategic flavour merges lists of named objects by ``name``."""
+    """RFC 7386 merge; the strategic flavour merges lists of named objects by ``name`` and obeys the
+    directives kubectl's three-way patches carry (``strategic_directives``)."""
     if not isinstance(patch, dict):
         if strategic and isinstance(patch, list) and isinstance(target, list) and _named(patch) and _named(target):
             merged = {item["name"]: copy.deepcopy(item) for item in target}
             for item in patch:
-                merged[item["name"]] = merge(merged.get(item["name"], {}), item, strategic)
+                if item.get(PATCH_DIRECTIVE) == "delete":
+                    merged.pop(item["name"], None)
+                else:
+                    merged[item["name"]] = merge(merged.get(item["name"], {}), item, strategic)
             return list(merged.values())
+        if strategic and isinstance(patch, list):
+            return [
+                {k: v for k, v in item.items() if k != PATCH_DIRECTIVE} if isinstance(item, dict) else item
+                for item in patch
+                if not (isinstance(item, dict) and item.get(PATCH_DIRECTIVE) == "delete")
+            ]
         return copy.deepcopy(patch)
+    if strategic and patch.get(PATCH_DIRECTIVE) == "replace":
+        return {k: copy.deepcopy(v) for k, v in patch.items() if k != PATCH_DIRECTIVE}
+    if strategic and patch.get(PATCH_DIRECTIVE) == "delete":
+        return None
     result = copy.deepcopy(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
+        if strategic and key.startswith("$"):
+            continue
         if value is None:
             result.pop(key, None)
         else:
             result[key] = merge(result.get(key), value, strategic)
+    return strategic_directives(result, patch) if strategic else result
+
+
+#: Strategic merge patch directives (``apimachinery/pkg/util/strategicpatch``).
+PATCH_DIRECTIVE = "$patch"
+RETAIN_KEYS = "$retainKeys"
+SET_ELEMENT_ORDER = "$setElementOrder/"
+DELETE_FROM_PRIMITIVE_LIST = "$deleteFromPrimitiveList/"
+
+
+def strategic_directives(result: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """Apply a patch map's directives to the merged map: ``$retainKeys`` (keep only those keys),
+    ``$deleteFromPrimitiveList/<list>`` (drop those values) and ``$setElementOrder/<list>`` (put
+    the list in that order, items it does not name last). None of them is stored."""
+    for key, value in patch.items():
+        field = key.split("/", 1)[-1]
+        if key == RETAIN_KEYS and isinstance(value, list):
+            for name in [k for k in result if k not in value]:
+                del result[name]
+        elif not isinstance(result.get(field), list) or not isinstance(value, list):
+            continue
+        elif key.startswith(DELETE_FROM_PRIMITIVE_LIST):
+            result[field] = [item for item in result[field] if item not in value]
+        elif key.startswith(SET_ELEMENT_ORDER):
+            order = [item["name"] if isinstance(item, dict) else item for item in value]
+            result[field] = sorted(result[field], key=functools.partial(_position, order=order))
     return result
+
+
+def _position(item: Any, order: list[Any]) -> int:
+    """Where ``$setElementOrder`` puts a list item: by its ``name`` (or itself), unnamed ones last."""
+    name = item.get("name") if isinstance(item, dict) else item
+    return order.index(name) if name in order else len(order)
 
 
 def _named(items: list[Any]) -> bool:
