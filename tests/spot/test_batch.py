@@ -18,6 +18,7 @@ from airflow_gpu.spot.batch import (
     classify_attempt,
     classify_attempts,
     classify_job,
+    missing_program,
     retry_strategy,
 )
 from airflow_gpu.spot.classifier import Outcome
@@ -89,6 +90,12 @@ START_FAILURES = [
         False,
     ),
     ("CannotPullContainerError: invalid reference format", False),
+    (  # a distroless image: no shell at the absolute path the command names (runc since 1.1)
+        "CannotStartContainerError: Error response from daemon: failed to create task for container: failed to "
+        "create shim task: OCI runtime create failed: runc create failed: unable to start container process: "
+        'exec: "/bin/sh": stat /bin/sh: no such file or directory: unknown',
+        False,
+    ),
     (
         "CannotStartContainerError: Error response from daemon: failed to create shim task: OCI runtime create "
         'failed: runc create failed: unable to start container process: exec: "trian.py": executable file not '
@@ -200,3 +207,17 @@ def test_each_attempt_ends_at_its_stopped_at_and_a_job_without_attempts_at_its_o
     assert attempts_ended_at({**job, "attempts": []}) == [datetime(2026, 1, 1, 0, 2, tzinfo=timezone.utc)]
     assert attempts_ended_at({"status": "FAILED", "attempts": []}) == [None]
     assert len(attempts_ended_at(job)) == len(classify_attempts(job))
+
+
+@pytest.mark.parametrize(
+    ("reason", "program"),
+    [
+        (next(r for r, _ in START_FAILURES if "/bin/sh" in r), "/bin/sh"),
+        (next(r for r, _ in START_FAILURES if "trian.py" in r), "trian.py"),
+        (START_FAILURES[0][0], None),  # a log group: nothing to execute is missing
+    ],
+)
+def test_the_program_a_container_could_not_execute_is_named(reason: str, program: str | None) -> None:
+    job = {"status": "FAILED", "attempts": [attempt("Task failed to start", reason=reason)]}
+    assert missing_program(job) == program
+    assert missing_program({**job, "status": "SUCCEEDED"}) is None

@@ -39,6 +39,7 @@ from airflow_gpu.accelerators.quantities import CpuAmount, MemoryAmount
 from airflow_gpu.accelerators.shared_memory import SharedMemory
 from airflow_gpu.accelerators.spec import Accelerator, parse_candidates
 from airflow_gpu.hooks.batch import GPUBatchHook
+from airflow_gpu.images.entrypoint import check_entrypoint
 from airflow_gpu.images.selection import resolve_image
 from airflow_gpu.links.profile import GPUProfileLink
 from airflow_gpu.operators.batch_deferral import JOB_ID_XCOM_KEY, RESUBMIT, STATE_KEY, BatchDeferral
@@ -83,6 +84,11 @@ class GPUBatchOperator(BatchSubmission, BatchDeferral, BatchOperator):
         profiler also polls the instance metadata service for a spot interruption notice and writes
         it to ``$AIRFLOW_GPU_SPOT_NOTICE_FILE``.
     :param profile_interval: seconds between samples (0.05 to 60).
+    :param image_entrypoint: the image's ENTRYPOINT, for an image whose config the worker cannot read
+        from its registry (by default it is read there: Batch keeps the ENTRYPOINT, which receives the
+        command as its arguments). ``[]``: none; ``"execs-arguments"``: one that runs its arguments as
+        a command (ends in ``exec "$@"``). The command is wrapped only where the ENTRYPOINT passes it on;
+        otherwise the job runs unprofiled, and the profile's note says why (docs/profiling.rst).
 
     Every ``BatchOperator`` argument works too; ``job_name`` is templated, and a mapped task's
     jobs get ``-m<map index>``. The task's return value is the JSON of the last
@@ -114,9 +120,11 @@ class GPUBatchOperator(BatchSubmission, BatchDeferral, BatchOperator):
         log_lag: float = 10.0,
         gpu_profile: bool | None = None,
         profile_interval: float = 1.0,
+        image_entrypoint: Sequence[str] | str | None = None,
         **kwargs: Any,
     ) -> None:
         self.candidates = parse_candidates(accelerator)
+        self.image_entrypoint = check_entrypoint(image_entrypoint)
         self.gpu_profile = profiled_by_default(self.candidates) if gpu_profile is None else bool(gpu_profile)
         self.profile_interval = check_interval(profile_interval)
         self.queues = check_queues(job_queue, job_queues)
@@ -148,6 +156,8 @@ class GPUBatchOperator(BatchSubmission, BatchDeferral, BatchOperator):
         self.spot_run = SpotRun.start(policy, self.candidates, "batch", self.initial_capacity)  # type: ignore[arg-type]
         self._offers: dict[str, QueueOffer] = {}  # queue name -> what it launches, read at execute
         self._definitions: dict[int, str] = {}  # candidate -> its registered job definition's ARN
+        self._wrapper_forms: dict[int, str | None] = {}  # candidate -> how the profiler starts in its image
+        self._profile_notes: dict[int, str] = {}  # candidate -> why its jobs are not (fully) profiled
         self._logs: AttemptLogs | None = None
         self._context: Context | None = None
         self._killing = False
@@ -216,6 +226,11 @@ class GPUBatchOperator(BatchSubmission, BatchDeferral, BatchOperator):
 
     def _conclude(self, context: Context, job: dict[str, Any]) -> Any:
         """Hand the ended job to the spot run; return the result, resubmit, or fail."""
+        if self._wrapper_fallback(job):  # the image cannot start the profiler's wrapper: again, another way
+            if not self.deferrable:
+                self.logs.retire(self._log_job(job))
+            save_run(context, STATE_KEY, self.spot_run)
+            return RESUBMIT
         decision = self.spot_run.finish(
             spot_batch.classify_job(job),
             spot_batch.classify_attempts(job),
@@ -278,7 +293,9 @@ class GPUBatchOperator(BatchSubmission, BatchDeferral, BatchOperator):
 
     def _publish_profile(self, context: Context, job: dict[str, Any], output: WorkloadOutput) -> None:
         if not self._wrapped:
-            unread: str | None = "its command did not run under the profiler (see the warning above)"
+            unread: str | None = self._profile_notes.get(
+                self.spot_run.placement.candidate, "its command did not run under the profiler (see the warning above)"
+            )
         elif not self.gpu_hook.attempt_streams(job):
             unread = "the job never started, or has no log stream"
         else:

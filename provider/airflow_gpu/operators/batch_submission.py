@@ -21,6 +21,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_gpu.accelerators import batch_job
 from airflow_gpu.accelerators.batch_queues import check_offers, offered_placement
+from airflow_gpu.hooks.registry import read_entrypoint
+from airflow_gpu.images.entrypoint import EXECS_ARGUMENTS, WrapDecision, decide
 from airflow_gpu.operators.batch_deferral import JOB_ID_XCOM_KEY, STATE_KEY, first_job_name
 from airflow_gpu.operators.gpu_profile import ENV_SPOT_NOTICE, profiler_environment
 from airflow_gpu.operators.spot_task import save_run
@@ -138,8 +140,8 @@ class BatchSubmission:
                 "gpu_profile needs the job definition this operator registers: the profiler's code travels in "
                 "its environment (ECS takes no more than 8,192 characters of overrides); not profiling"
             )
-        elif op.gpu_profile and given:
-            command = bundle.wrap_short(given)
+        elif op.gpu_profile and given and (form := op._wrapper_form(placement.candidate)) is not None:
+            command = bundle.wrap_short(given) if form == bundle.SHELL else bundle.wrap_python(given)
             overrides.pop("command", None)
             run_environment |= profiler_environment(op.profile_interval, placement.capacity)
             run_environment[ENV_SPOT_NOTICE] = SPOT_NOTICE_FILE
@@ -154,10 +156,54 @@ class BatchSubmission:
 
     @property
     def _wrapped(self) -> bool:
-        """Whether this task's jobs run under the profiler (see ``_overrides``)."""
+        """Whether this task's jobs (the current candidate's) run under the profiler (see ``_overrides``)."""
         op = _operator(self)
         given = (op.container_overrides or {}).get("command") or op.command
-        return bool(op.gpu_profile and given and not op.user_job_definition)
+        if not (op.gpu_profile and given and not op.user_job_definition):
+            return False
+        return op._wrapper_form(op.spot_run.placement.candidate) is not None
+
+    def _wrapper_form(self, candidate: int) -> str | None:
+        """How the candidate's image runs the profiler: through ``/bin/sh`` (``bundle.SHELL``), through
+        ``python3`` alone (``bundle.PYTHON``: an image without a shell), or not at all (None, and
+        ``_profile_notes`` says why). Its ENTRYPOINT decides first (``images.entrypoint``): one that
+        would receive the wrapper as its arguments is never given it."""
+        op = _operator(self)
+        if candidate not in op._wrapper_forms:
+            image = op.images[candidate]
+            if op.image_entrypoint == EXECS_ARGUMENTS:
+                decision = WrapDecision(True)
+            elif op.image_entrypoint is not None:
+                decision = decide(image, list(op.image_entrypoint))
+            else:
+                entrypoint, unreadable = read_entrypoint(op.gpu_hook, image)
+                decision = decide(image, entrypoint, unreadable)
+            op._wrapper_forms[candidate] = bundle.SHELL if decision.wrap else None
+            if decision.note:
+                op._profile_notes[candidate] = decision.note
+                op.log.warning("GPU profile: %s", decision.note)
+        return op._wrapper_forms[candidate]
+
+    def _wrapper_fallback(self, job: Mapping[str, Any]) -> bool:
+        """Whether ``job`` failed to start because its image lacks the wrapper's own program (no
+        ``/bin/sh`` in a distroless image, then no ``python3``): the next form is chosen (python3
+        alone, then none) for the job to be submitted again as it was, not as an interruption."""
+        op = _operator(self)
+        candidate = op.spot_run.placement.candidate
+        form, program = op._wrapper_forms.get(candidate), spot_batch.missing_program(job)
+        if not (op._wrapped and form and program) or program not in (form, form.rsplit("/", 1)[-1]):
+            return False
+        image = op.images[candidate]
+        if form == bundle.SHELL:
+            op._wrapper_forms[candidate] = bundle.PYTHON
+            note = f"image {image} has no {program}: the profiler is started by python3 alone"
+        else:
+            op._wrapper_forms[candidate] = None
+            note = f"not profiled: image {image} has neither /bin/sh nor python3, which the profiler needs"
+        op._profile_notes[candidate] = note
+        op.log.warning("GPU profile: job %s could not start (%s); %s; submitting it again", job["jobId"], program, note)
+        op.spot_run.resubmit_unchanged()
+        return True
 
     def _check_queue_offers(self) -> None:
         """Skip candidates no queue can launch, and fail at once if none can: never RUNNABLE forever."""

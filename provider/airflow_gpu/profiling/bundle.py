@@ -7,6 +7,9 @@ is written into the container) and calls ``entrypoint.main``. An image without `
 the command unprofiled, after one line on standard error saying so; so does one whose ``python3``
 is older than 3.8 (the bootstrap checks, in syntax any Python 3 parses).
 
+``wrap_short`` is the same with the modules in the environment (AWS Batch), and ``wrap_python``
+starts that bootstrap with ``python3`` itself, for an image without ``/bin/sh`` (distroless).
+
 The whole wrapped command stays well under the 30 KiB of an AWS Batch ``SubmitJob`` request
 (``MAX_WRAPPED_BYTES``). Both ``sh`` and ``python3`` are ``exec``'d, so the entrypoint is the
 container's PID 1 and gets the runtime's SIGTERM itself. Runs on the worker: not shipped.
@@ -146,9 +149,32 @@ def environment() -> dict[str, str]:
     return {ENV_BOOTSTRAP: BOOTSTRAP % {"no_python": NO_PYTHON, "interval": None}, ENV_BUNDLE: payload()}
 
 
+#: ``wrap_python``'s program: the bootstrap from the environment, run by python3 with no shell between.
+#: ``sys.argv`` is ``["-c", COMMAND...]``; the bootstrap wants ``[_, PAYLOAD, COMMAND...]``.
+LOADER_FROM_ENV = f"""import os, sys
+bundle, bootstrap = os.environ.get("{ENV_BUNDLE}"), os.environ.get("{ENV_BOOTSTRAP}")
+if not (bundle and bootstrap):
+    sys.stderr.write("{NO_PROFILER}\\n")
+    sys.stderr.flush()
+    os.execvp(sys.argv[1], sys.argv[1:])
+sys.argv[1:1] = [bundle]
+exec(compile(bootstrap, "<airflow-gpu-bootstrap>", "exec"))
+"""
+#: The programs each wrapper form starts first: the one an image must have for the form to start.
+SHELL, PYTHON = "/bin/sh", "python3"
+
+
+def wrap_python(command: Sequence[str]) -> list[str]:
+    """``command`` under the profiler in the environment (``environment()``), started by ``python3``
+    itself: for an image without ``/bin/sh`` (distroless), where ``wrap_short`` cannot start."""
+    if isinstance(command, str) or not command:
+        raise ValueError("wrap_python() needs the command as a non-empty list of arguments")
+    return [PYTHON, "-c", LOADER_FROM_ENV, *command]
+
+
 def wrap_short(command: Sequence[str]) -> list[str]:
     """``command`` under the profiler whose code is in the environment (``environment()``): a few
     hundred bytes; without those variables, or without python3, the command runs unprofiled."""
     if isinstance(command, str) or not command:
         raise ValueError("wrap_short() needs the command as a non-empty list of arguments")
-    return ["/bin/sh", "-c", SCRIPT_FROM_ENV, ARGV0, *command]
+    return [SHELL, "-c", SCRIPT_FROM_ENV, ARGV0, *command]

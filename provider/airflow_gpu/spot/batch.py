@@ -59,6 +59,7 @@ CONFIGURATION_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
         r"no basic auth credentials",
         r"failed to resolve reference .*(?:not found|403 Forbidden|401 Unauthorized)",
         r"executable file not found in \$PATH",
+        r"unable to start container process: exec: .*no such file or directory",
         r"exec format error",
         r"starting container process caused.*no such file or directory",
     )
@@ -132,6 +133,25 @@ def start_failure_is_transient(reason: str) -> bool:
     if kind == "CannotPullContainerError":
         return any(pattern.search(reason) for pattern in TRANSIENT_PULL_PATTERNS)
     return INFRASTRUCTURE_REASONS.get(kind, False)
+
+
+#: runc's refusal to execute the container's first program (Docker's wording, as ECS passes it on).
+EXEC_FAILURE = re.compile(
+    r'exec: "(?P<program>[^"]+)": (?:stat [^:]+: no such file or directory|executable file not found in \$PATH)'
+)
+
+
+def missing_program(job: Mapping[str, Any]) -> str | None:
+    """The program a FAILED job's container could not execute at its start (``/bin/sh`` in a
+    distroless image), from its last attempt's reason; None for any other ending."""
+    attempts = job.get("attempts") or []
+    if job.get("status") != "FAILED" or not attempts:
+        return None
+    reason = str((attempts[-1].get("container") or {}).get("reason") or "")
+    if not reason.startswith("CannotStartContainerError"):
+        return None
+    match = EXEC_FAILURE.search(reason)
+    return match.group("program") if match else None
 
 
 def classify_attempt(attempt: Mapping[str, Any]) -> Classification:

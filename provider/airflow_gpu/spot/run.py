@@ -217,6 +217,12 @@ class SpotRun:
     def submitted(self, workload: str) -> None:
         self.workload = workload
 
+    def resubmit_unchanged(self) -> None:
+        """The workload is submitted again as it was, on the same placement, by the operator's own
+        choice (the profiler's wrapper could not start in the image): no interruption, no decision."""
+        self.submissions += 1
+        self.workload = None
+
     def finish(
         self,
         final: Classification,

@@ -2,14 +2,16 @@
 
 Each tick it moves every job one step: SUBMITTED -> RUNNABLE (or PENDING behind dependencies)
 -> STARTING once a compute environment of the job's queue can host it (``placement.py``) ->
-RUNNING with the container command as a local process (own process group, the Batch environment
-variables) -> SUCCEEDED or FAILED, with each attempt in ``attempts[]`` as AWS reports it and the
-output in CloudWatch Logs (``logs.py``: the job definition's log configuration, after the ingestion
-delay). A failed attempt goes through the job's ``retryStrategy`` (``retry.py``). Termination and
-spot reclaims send SIGTERM, then SIGKILL after ``stop_timeout`` seconds, as ECS does. After each
-tick only the head of each queue shows why it is stuck, and the queue's
-``jobStateTimeLimitActions`` cancel a head stuck too long (``queues.py``). A multi-node parallel job
-is stepped by ``gang.py``; each of its nodes runs here like any container job, but leaves its
+RUNNING with the container's argv as a local process (the image's ENTRYPOINT + the command, or its
+Cmd, as Docker runs them: ``testing.images``; own process group, the Batch environment variables;
+a program the image lacks fails the start with Docker's ``CannotStartContainerError``) -> SUCCEEDED
+or FAILED, with each attempt in ``attempts[]`` as AWS reports it and the output in CloudWatch Logs
+(``logs.py``: the job definition's log configuration, after the ingestion delay). A failed
+attempt goes through the job's ``retryStrategy`` (``retry.py``). Termination and spot reclaims
+send SIGTERM, then SIGKILL after ``stop_timeout`` seconds, as ECS does. After each tick only the
+head of each queue shows why it is stuck, and the queue's ``jobStateTimeLimitActions`` cancel a
+head stuck too long (``queues.py``). A multi-node parallel job is stepped by ``gang.py``; each of
+its nodes runs here like any container job, but leaves its
 retries and its ending to its job.
 """
 
@@ -44,6 +46,7 @@ from airflow_gpu.testing.batch.reasons import INSUFFICIENT_CAPACITY, Blocked, ca
 from airflow_gpu.testing.batch.retry import action_after_attempt
 from airflow_gpu.testing.containers import kill_container
 from airflow_gpu.testing.gpus import with_devices
+from airflow_gpu.testing.images import ImageSet, pull_error
 
 #: What ECS accepts in a task's container overrides (Batch passes the job's on): a longer command
 #: or environment is accepted by SubmitJob and fails the job when it would start.
@@ -76,8 +79,10 @@ class BatchDriver(threading.Thread):
         max_vcpus: Mapping[str, int] | None = None,
         capacity_reasons: bool = True,
         cancel_at_head: bool = False,
+        images: ImageSet | None = None,
     ) -> None:
         super().__init__(daemon=True, name="batch-emulator-driver")
+        self.images = images or ImageSet()
         self.cancel_at_head = cancel_at_head  # a RUNNABLE job's CancelJob waits for it to head its queue
         setattr(backend, "emulator_cancel_at_head", cancel_at_head)  # noqa: B010 - read by the patched CancelJob (``patches.py``)
         self.backend, self.logs, self.offers = backend, logs_backend, offers
@@ -253,10 +258,18 @@ class BatchDriver(threading.Thread):
             **job.extra_environment(),
         }
         env = with_devices(env, self._gpus(job))
+        image = str((job.container_properties() or {}).get("image") or "")
+        argv = self.images.argv(image, job.command())  # ENTRYPOINT + (command or Cmd), as Docker runs it
+        if not self.images.exists(image):
+            self._failed_to_start(job, pull_error(image))
+            return
+        if refusal := self.images.refusal(image, argv):
+            self._failed_to_start(job, refusal)
+            return
         try:
             job.process = subprocess.Popen(
-                job.command() or ["true"],
-                env=env,
+                argv,
+                env=self.images.environment(image, env),
                 cwd=self.workdir,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,

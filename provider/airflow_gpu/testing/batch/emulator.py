@@ -20,7 +20,7 @@ import socket
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 if importlib.util.find_spec("moto") is None:  # pragma: no cover - depends on the installed extras
@@ -29,6 +29,7 @@ if importlib.util.find_spec("moto") is None:  # pragma: no cover - depends on th
 
 from airflow_gpu.testing.batch.compute import DEMO, BatchSetup, create
 from airflow_gpu.testing.batch.reasons import INSUFFICIENT_CAPACITY
+from airflow_gpu.testing.images import Image, ImageSet, RegistryApp
 
 ACCOUNT = "123456789012"
 #: moto keeps one backend per (account, region) for the whole process: each live emulator in a
@@ -58,6 +59,8 @@ class BatchEmulator:
         log_ingestion_delay: float = LOG_INGESTION_DELAY,
         capacity_reasons: bool = True,
         cancel_at_head: bool = False,
+        images: Mapping[str, Image] | None = None,
+        missing_images: Iterable[str] = (),
     ) -> None:
         """``region`` None takes the first region no other emulator of this process uses.
 
@@ -66,6 +69,10 @@ class BatchEmulator:
         ``autoscaling:DescribeScalingActivities`` and ``ec2:DescribeSpotFleetRequestHistory``, so no
         job stuck for capacity shows ``CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY``. ``cancel_at_head``:
         CancelJob on a RUNNABLE job takes effect only once the job heads its queue (``jobs.py``).
+        ``images``: reference -> ``testing.images.Image``, what the registry's config says of an image
+        (its ENTRYPOINT, Cmd) and what it holds (no ``sh`` in a distroless one); its jobs run as Docker
+        runs them, and ``/v2/`` on this endpoint serves the configs as a registry mirror
+        (``registry_mirror`` in the connection's extra). ``missing_images`` do not exist.
         """
         self.setup, self.host, self.port = setup, host, port
         self.requested_region = region
@@ -73,6 +80,7 @@ class BatchEmulator:
         self.stop_timeout = stop_timeout
         self.log_ingestion_delay, self.capacity_reasons = log_ingestion_delay, capacity_reasons
         self.cancel_at_head = cancel_at_head
+        self.images = ImageSet(images, missing_images)
         self.faults: list[dict[str, Any]] = []
         self._server: Any = None
         self._throttle: Any = None
@@ -108,7 +116,8 @@ class BatchEmulator:
         self._server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
         self._server.start()
         wsgi = self._server._server  # werkzeug's server takes ``.app`` anew for each request
-        wsgi.app = self._throttle = Throttle(wsgi.app)
+        self._throttle = Throttle(wsgi.app)
+        wsgi.app = RegistryApp(self.images, self._throttle)
         self.host, self.port = self._server.get_host_and_port()
         calls = [("/moto-api/config", {"batch": {"use_docker": False}})]
         if first:  # moto's backends live as long as the process: the first emulator starts them empty
@@ -133,6 +142,7 @@ class BatchEmulator:
             max_vcpus={ce.name: ce.max_vcpus for ce in self.setup.compute_environments},
             capacity_reasons=self.capacity_reasons,
             cancel_at_head=self.cancel_at_head,
+            images=self.images,
         )
         self.driver.start()
         return self
@@ -225,7 +235,11 @@ class BatchEmulator:
             "conn_type": "aws",
             "login": "testing",
             "password": "testing",
-            "extra": {"endpoint_url": self.endpoint_url, "region_name": self.region},
+            "extra": {
+                "endpoint_url": self.endpoint_url,
+                "region_name": self.region,
+                "registry_mirror": self.endpoint_url,
+            },
         }
 
     def airflow_connection_uri(self) -> str:
@@ -271,6 +285,11 @@ class BatchEmulator:
     def release(self, compute_environment: str) -> None:
         self.driver.stalled.pop(compute_environment, None)
         self.faults.append({"fault": "release", "compute_environment": compute_environment})
+
+    def declare_image(self, reference: str, image: Image) -> None:
+        """From now on ``reference`` is ``image`` (ENTRYPOINT, Cmd, programs), for the registry and the runtime."""
+        self.images.declare(reference, image)
+        self.faults.append({"fault": "image", "reference": reference, "entrypoint": list(image.entrypoint)})
 
     def throttle(self, operation: str = "DescribeJobs", times: int = 1) -> None:
         """The next ``times`` calls of the Batch ``operation`` answer HTTP 429 ``TooManyRequestsException``."""
