@@ -211,3 +211,19 @@ def test_ending_every_watch_ends_the_streams_cleanly(
     response = core.list_namespaced_pod("default", watch=True, timeout_seconds=30, _preload_content=False)
     threading.Timer(0.3, kubernetes_emulator.end_watches).start()
     assert response.data == b""  # the whole (empty) body: the server ended it, long before its timeout
+
+
+def test_a_served_request_can_lose_its_response(
+    core: client.CoreV1Api, kubernetes_emulator: KubernetesEmulator
+) -> None:
+    """``served=True``: the create is carried out, then the connection is reset, as a load balancer drops a
+    response after etcd wrote; the client hears nothing, and its retry meets ``409 AlreadyExists``."""
+    kubernetes_emulator.inject_api_fault(verb="create", resource="pods", status=0, served=True, times=1)
+    with pytest.raises(ProtocolError):
+        core.create_namespaced_pod("default", pod_manifest("unheard", ["sh", "-c", "sleep 30"]))
+    assert core.read_namespaced_pod("unheard", "default").metadata.name == "unheard"
+    with pytest.raises(ApiException) as raised:
+        core.create_namespaced_pod("default", pod_manifest("unheard", ["sh", "-c", "sleep 30"]))
+    assert raised.value.status == 409
+    with pytest.raises(ValueError, match="status 0"):
+        ApiFault(status=503, served=True)

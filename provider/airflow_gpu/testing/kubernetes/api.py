@@ -109,6 +109,14 @@ async def _faults(request: web.Request, handler: Any) -> web.StreamResponse:
     fault = state.api_faults.take(call)
     if fault is not None and fault.cut_after is not None:
         request[CUT_AFTER] = fault.cut_after
+    elif fault is not None and fault.served:  # carried out, then its response lost
+        try:
+            await handler(request)
+        finally:
+            state.api_faults.count(call, RESET)
+            if request.transport is not None:
+                request.transport.abort()
+        raise asyncio.CancelledError
     elif fault is not None:
         state.api_faults.count(call, fault.status)
         if fault.status == RESET:

@@ -74,6 +74,9 @@ class ApiFault:
 
     ``times`` is how many matching requests it hits (``None``: all of them until it is cleared).
     ``resource`` is a plural (``pods``) or ``plural/subresource`` (``pods/log``); unset fields match any.
+    ``served`` (with status ``0`` only): the request is carried out, then the connection is reset before
+    the response goes out, as when a load balancer or a restarting API server drops it after etcd wrote:
+    a create that the client never hears of, which its retry then meets as ``409 AlreadyExists``.
     """
 
     verb: str | None = None
@@ -85,6 +88,7 @@ class ApiFault:
     times: int | None = 1
     cut_after: int | None = None
     message: str | None = None
+    served: bool = False
     hits: int = 0
 
     def __post_init__(self) -> None:
@@ -93,6 +97,8 @@ class ApiFault:
         if self.cut_after is None and self.status != RESET and self.status not in REASONS:
             accepted = f"0 (a reset) or one of {sorted(REASONS)}"
             raise ValueError(f"status {self.status} is not one the emulator answers; use {accepted}")
+        if self.served and self.status != RESET:
+            raise ValueError("served=True loses a served request's response: it needs status 0 (a reset)")
         if self.times is not None and self.times < 1:
             raise ValueError(f"times must be at least 1 (or None for every request), not {self.times}")
 
