@@ -14,6 +14,7 @@ from aiohttp import web
 
 from airflow_gpu.testing.kubernetes import config_data, field_validation, openapi, paging, pod_exec, protobuf, tables
 from airflow_gpu.testing.kubernetes import patch as patching
+from airflow_gpu.testing.kubernetes.admission import admit_validating, default_limit_range, prepare_quota
 from airflow_gpu.testing.kubernetes.api_faults import RESET, ApiCall, ApiFault
 from airflow_gpu.testing.kubernetes.cluster import NodeSpec
 from airflow_gpu.testing.kubernetes.cluster_state import ClusterState
@@ -437,8 +438,14 @@ async def _create(state: ClusterState, resource: Resource, namespace: str, body:
         body.setdefault("status", {})
         if resource.plural == "namespaces":  # the namespace registry's PrepareForCreate
             body["status"] = {"phase": "Active"}
+        elif resource.plural == "resourcequotas":  # its registry clears status; the controller fills it
+            prepare_quota(body)
+        elif resource.plural == "limitranges":
+            default_limit_range(body)
     if causes:
         raise invalid(resource.kind, str(metadata.get("name") or ""), causes)
+    if resource.namespaced:
+        admit_validating(state.store, resource.plural, namespace, body)  # count/<resource> quotas
     created = state.store.create(resource.plural, namespace, body)
     if resource.plural == "nodes":
         state.schedule_soon()

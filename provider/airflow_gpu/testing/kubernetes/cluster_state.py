@@ -15,7 +15,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow_gpu.testing.kubernetes import config_data, dns, services, volumes
+from airflow_gpu.testing.kubernetes import admission, config_data, dns, services, volumes
 from airflow_gpu.testing.kubernetes.api_faults import ApiFaults
 from airflow_gpu.testing.kubernetes.cluster import ClusterSpec, NodeSpec
 from airflow_gpu.testing.kubernetes.deletion import DeleteOptions, GarbageCollector, deletion_status
@@ -127,18 +127,21 @@ class ClusterState:
         self.addresses = services.Addresses()
         self.garbage_collector = GarbageCollector(self)
         self.jobs = JobController(self, job_backoff_seconds)
+        self.quotas = admission.QuotaController(self.store)
 
     # --- objects --------------------------------------------------------------------------
 
     def create_pod(self, namespace: str, pod: Obj) -> Obj:
         self.store.get("namespaces", "", namespace)  # 404 for an unknown namespace, as the API does
-        if isinstance(pod.get("spec"), dict):  # admission runs before the registry names and validates
+        if isinstance(pod.get("spec"), dict):  # mutating admission runs before the registry names and validates
             admit_pod(self.store, namespace, pod)
+            admission.admit_pod_mutating(self.store, namespace, pod)
         name_from_generate_name(pod)
         metadata = pod["metadata"]
         causes = validate_pod(pod)
         if causes:
             raise invalid("Pod", str(metadata.get("name") or ""), causes)
+        admission.admit_validating(self.store, "pods", namespace, pod)  # LimitRanger, ResourceQuota
         spec = pod["spec"]
         spec.setdefault("restartPolicy", "Always")
         spec.setdefault("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
@@ -158,6 +161,7 @@ class ClusterState:
         causes = validate_job(job)
         if causes:
             raise job_invalid(job, causes)
+        admission.admit_validating(self.store, "jobs", namespace, job)  # count/jobs.batch
         job["status"] = {}
         return self.store.create("jobs", namespace, job, keep_uid=True)
 
@@ -168,6 +172,7 @@ class ClusterState:
         causes = services.validate_service(service)
         if causes:
             raise invalid("Service", str(service["metadata"].get("name") or ""), causes)
+        admission.admit_validating(self.store, "services", namespace, service)
         if self.store.find("services", namespace, service["metadata"]["name"]) is None:
             self.addresses.allocate(service)
         return self.store.create("services", namespace, service)

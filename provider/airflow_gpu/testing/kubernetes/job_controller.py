@@ -24,7 +24,15 @@ It runs a Job's pods and keeps its status as the real controller does, one ``syn
   limit ``FailedIndexes`` or ``MaxFailedIndexesExceeded``); since 1.31 the terminal condition
   waits until no pod of the Job is terminating;
 * ``suspend``, ``activeDeadlineSeconds`` and ``ttlSecondsAfterFinished`` (the TTL controller's
-  foreground deletion).
+  foreground deletion);
+* a pod create the API refuses (a ResourceQuota, a LimitRange: ``admission``) is a ``FailedCreate``
+  Warning event on the Job, ``Error creating: pods "<job>-0-x7k2p" is forbidden: exceeded quota:
+  ...``; creates go in slow-start batches (1, 2, 4, ...: ``SlowStartInitialBatchSize``) and stop
+  after a batch with a refusal; the sync then fails and the Job is synced again after the work
+  queue's per-item exponential back-off (``DefaultJobApiBackOff`` 1 s doubled per failed sync up to
+  ``MaxJobApiBackOff`` 1 min, reset by a sync that succeeds), or sooner when one of its pods
+  changes. No condition is set and nothing times out: a Job whose pods are all refused stays
+  without pods and without status until they are admitted or it is deleted.
 
 ``successPolicy`` ends an Indexed Job early (``SuccessCriteriaMet`` reason ``SuccessPolicy``, the
 lingering pods deleted). Not emulated: ``managedBy``, adopting orphan pods that match a manual selector,
@@ -78,6 +86,10 @@ COMPONENT = "job-controller"
 #: minutes"; the source caps at ten).
 DEFAULT_BACKOFF_SECONDS = 10.0
 MAX_BACKOFF_FACTOR = 60
+#: ``DefaultJobApiBackOff`` and ``MaxJobApiBackOff``: the work queue's back-off after a sync that
+#: failed (a refused pod create), doubled per failure.
+DEFAULT_API_BACKOFF_SECONDS = 1.0
+MAX_API_BACKOFF_SECONDS = 60.0
 BACKOFF_LIMIT_MESSAGE = "Job has reached the specified backoff limit"
 DEADLINE_MESSAGE = "Job was active longer than specified deadline"
 COMPLETIONS_MESSAGE = "Reached expected number of succeeded pods"
@@ -96,9 +108,17 @@ def _new_condition(kind: str, reason: str, message: str) -> dict[str, Any]:
 class JobController:
     """Keeps every Job's pods and status in step, from store events (pods and jobs) and timers."""
 
-    def __init__(self, state: ClusterState, backoff_seconds: float = DEFAULT_BACKOFF_SECONDS) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        backoff_seconds: float = DEFAULT_BACKOFF_SECONDS,
+        api_backoff_seconds: float = DEFAULT_API_BACKOFF_SECONDS,
+    ) -> None:
         self.state = state
         self.backoff_seconds = backoff_seconds
+        #: The first retry's delay after a refused create (tests shorten it); the cap scales with it.
+        self.api_backoff_seconds = api_backoff_seconds
+        self._api_failures: dict[str, int] = {}  # job uid -> failed syncs in a row (the rate limiter's count)
         self._pods: dict[str, set[tuple[str, str]]] = {}  # job uid -> its pods (namespace, name)
         self._owner: dict[tuple[str, str], str] = {}  # pod -> job uid
         self._backoff: dict[str, tuple[int, datetime | None]] = {}  # job uid -> (failures since success, last)
@@ -385,8 +405,29 @@ class JobController:
                 if later:
                     self._later(job, "backoff", min(later))
             indexes = pending[:missing]
-        created = sum(1 for index in indexes if self._create_pod(job, index))
+        created, refused = self._create_pods(job, indexes)
+        uid = job["metadata"]["uid"]
+        if refused:  # the sync failed: ``queue.AddRateLimited``
+            failures = self._api_failures.get(uid, 0)
+            self._api_failures[uid] = failures + 1
+            cap = self.api_backoff_seconds * (MAX_API_BACKOFF_SECONDS / DEFAULT_API_BACKOFF_SECONDS)
+            self._later(job, "api", min(self.api_backoff_seconds * 2.0**failures, cap))
+        else:  # ``queue.Forget``
+            self._api_failures.pop(uid, None)
         return active + created, terminating, ready
+
+    def _create_pods(self, job: Obj, indexes: list[int | None]) -> tuple[int, int]:
+        """Slow start (``manageJob``): batches of 1, 2, 4, ...; none after a batch with a refusal.
+        Returns (created, refused)."""
+        created = refused = start = 0
+        batch = 1  # controller.SlowStartInitialBatchSize
+        while start < len(indexes) and not refused:
+            results = [self._create_pod(job, index) for index in indexes[start : start + batch]]
+            created += sum(results)
+            refused += len(results) - sum(results)
+            start += batch
+            batch *= 2
+        return created, refused
 
     @staticmethod
     def _pods_for_removal(job: Obj, active_pods: list[Obj], at_least: int) -> list[Obj]:
@@ -581,6 +622,7 @@ class JobController:
 
     def _forget(self, uid: str) -> None:
         self._backoff.pop(uid, None)
+        self._api_failures.pop(uid, None)
         for key in [k for k in self._index_failures if k[0] == uid]:
             del self._index_failures[key]
 
