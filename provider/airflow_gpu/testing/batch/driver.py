@@ -34,10 +34,11 @@ from typing import Any
 
 from moto.batch.models import BatchBackend
 
+import airflow_gpu.testing.batch.gang as gang
+import airflow_gpu.testing.batch.queues as queues
 from airflow_gpu.accelerators import catalog
 from airflow_gpu.accelerators.batch import InstanceOffer
 from airflow_gpu.testing import gpus
-from airflow_gpu.testing.batch import gang, queues
 from airflow_gpu.testing.batch.jobs import EmulatedJob
 from airflow_gpu.testing.batch.logs import LogGroupMissing, LogShipper, LogTarget, millis, open_target
 from airflow_gpu.testing.batch.nodes import MultiNodeJob

@@ -95,7 +95,7 @@ class BatchEmulator:
         from moto.logs.models import logs_backends
         from moto.server import ThreadedMotoServer
 
-        from airflow_gpu.testing.batch import patches
+        import airflow_gpu.testing.batch.patches as patches
         from airflow_gpu.testing.batch.driver import BatchDriver
         from airflow_gpu.testing.batch.throttle import Throttle
 
@@ -161,7 +161,7 @@ class BatchEmulator:
             with _lock:
                 _live_regions.discard(self.region)
                 if not _live_regions:
-                    from airflow_gpu.testing.batch import patches
+                    import airflow_gpu.testing.batch.patches as patches
 
                     patches.restore()
 

@@ -29,20 +29,48 @@ jobs"), each one step of ``step``:
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Protocol
 
+from moto.batch.models import BatchBackend
+
+from airflow_gpu.accelerators.batch import InstanceOffer
+from airflow_gpu.testing.batch.jobs import EmulatedJob
 from airflow_gpu.testing.batch.nodes import MultiNodeJob, NodeJob
 from airflow_gpu.testing.batch.placement import place_nodes
 from airflow_gpu.testing.batch.reasons import Blocked
 from airflow_gpu.testing.batch.retry import action_after_attempt
 
-if TYPE_CHECKING:
-    from airflow_gpu.testing.batch.driver import BatchDriver
-
 STARTED = ("STARTING", "RUNNING")
 
 
-def step(driver: BatchDriver, job: MultiNodeJob, now: float) -> None:
+class Driver(Protocol):
+    """What stepping an MNP job needs from the driver that runs its nodes (``driver.BatchDriver``).
+
+    Declared here rather than imported, so that the driver can call ``step`` without the two modules
+    importing each other.
+    """
+
+    @property
+    def backend(self) -> BatchBackend: ...  # the node jobs join its ``_jobs``, as DescribeJobs reads them
+
+    @property
+    def offers(self) -> Mapping[str, tuple[InstanceOffer, ...]]: ...
+
+    @property
+    def max_vcpus(self) -> Mapping[str, int]: ...
+
+    @property
+    def stalled(self) -> Mapping[str, str | None]: ...
+
+    def capacity_types(self) -> dict[str, str]: ...
+
+    def _step_submitted(self, job: EmulatedJob, now: float) -> None: ...
+
+    def _finish(self, job: EmulatedJob, status: str, reason: str | None) -> None: ...
+
+
+def step(driver: Driver, job: MultiNodeJob, now: float) -> None:
     """Move the MNP ``job`` one step; its nodes are stepped by the driver as container jobs."""
     if job.status in ("SUBMITTED", "PENDING"):
         driver._step_submitted(job, now)
@@ -52,7 +80,7 @@ def step(driver: BatchDriver, job: MultiNodeJob, now: float) -> None:
         _step_started(driver, job)
 
 
-def _step_runnable(driver: BatchDriver, job: MultiNodeJob) -> None:
+def _step_runnable(driver: Driver, job: MultiNodeJob) -> None:
     with job.lock:  # a CancelJob either lands before this or finds the job STARTING
         job.take_cancel()
         if job.termination is not None:
@@ -78,7 +106,7 @@ def _step_runnable(driver: BatchDriver, job: MultiNodeJob) -> None:
     _launch(driver, job, job.main_index, attempt=len(job.main.attempts) + 1 if job.main else 1)
 
 
-def _launch(driver: BatchDriver, job: MultiNodeJob, index: int, attempt: int) -> None:
+def _launch(driver: Driver, job: MultiNodeJob, index: int, attempt: int) -> None:
     """Launch node ``index`` on an instance of its own (created the first time: its ``createdAt``)."""
     node = job.nodes.get(index)
     if node is None:
@@ -90,7 +118,7 @@ def _launch(driver: BatchDriver, job: MultiNodeJob, index: int, attempt: int) ->
     node.relaunch(attempt)
 
 
-def _step_started(driver: BatchDriver, job: MultiNodeJob) -> None:
+def _step_started(driver: Driver, job: MultiNodeJob) -> None:
     main = job.main
     assert main is not None
     if job.termination is not None:

@@ -39,7 +39,7 @@ from typing import Any
 
 from moto.batch.models import datetime2int_milliseconds
 
-from airflow_gpu.testing.batch import multinode
+import airflow_gpu.testing.batch.multinode as multinode
 from airflow_gpu.testing.batch.jobs import NEVER, EmulatedJob
 from airflow_gpu.testing.batch.multinode import NodePlan
 

@@ -26,7 +26,7 @@ from moto.batch.models import BatchBackend, JobDefinition, JobQueue
 from moto.batch.responses import BatchResponse
 from moto.batch_simple.models import BatchSimpleBackend
 
-from airflow_gpu.testing.batch import multinode
+import airflow_gpu.testing.batch.multinode as multinode
 from airflow_gpu.testing.batch.queues import validate_time_limit_actions
 
 _original: dict[tuple[type, str], Any] = {}

@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+import airflow_gpu.testing.batch.multinode as multinode
 from airflow_gpu.accelerators.batch import InstanceOffer
-from airflow_gpu.testing.batch import multinode
 from airflow_gpu.testing.batch.jobs import EmulatedJob, requested_resources
 from airflow_gpu.testing.batch.reasons import JOB_RESOURCE, MAX_RESOURCE, Blocked, blocked
 

@@ -39,6 +39,7 @@ from typing import Any
 from airflow_gpu.testing.containers import kill_container
 from airflow_gpu.testing.gpus import with_devices
 from airflow_gpu.testing.kubernetes.dns import LOOPBACK, pod_hostname
+from airflow_gpu.testing.kubernetes.downward import field_ref
 from airflow_gpu.testing.kubernetes.objects import now, timestamp, timestamp_nano
 from airflow_gpu.testing.kubernetes.volumes import PodVolumes
 
@@ -165,17 +166,6 @@ class ContainerRun:
         self.lines.append((timestamp_nano(), text))
         self.changed.set()
         self.changed = asyncio.Event()
-
-
-def field_ref(pod: dict[str, Any], path: str) -> str:
-    """The downward API: ``metadata.name``, ``metadata.labels['x']``, ``status.podIP`` and so on."""
-    if path.startswith(("metadata.labels['", "metadata.annotations['")) and path.endswith("']"):
-        section, key = path[len("metadata.") :].split("['", 1)
-        return str((pod["metadata"].get(section) or {}).get(key[:-2], ""))
-    value: Any = pod
-    for part in path.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return "" if value is None else str(value)
 
 
 #: Whether a value is a cluster DNS name that the pod could resolve (``dns.resolves``, bound to the store).

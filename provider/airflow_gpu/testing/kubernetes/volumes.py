@@ -26,6 +26,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from airflow_gpu.testing.kubernetes.downward import field_ref
+
 Obj = dict[str, Any]
 #: ``(plural, namespace, name) -> object or None``: reads configMaps and secrets from the store.
 Lookup = Callable[[str, str, str], Obj | None]
@@ -127,8 +129,6 @@ def _downward_files(pod: Obj, items: list[Obj], default_mode: int) -> dict[str, 
                 section = pod["metadata"].get(path.split(".")[1]) or {}
                 value = "\n".join(f'{key}="{section[key]}"' for key in sorted(section))
             else:
-                from airflow_gpu.testing.kubernetes.kubelet import field_ref  # kubelet imports this module
-
                 value = field_ref(pod, path)
         else:  # resourceFieldRef: the emulator gives no limits to read, as a node with no limit set
             value = ""
