@@ -12,7 +12,16 @@ from typing import Any
 
 from aiohttp import web
 
-from airflow_gpu.testing.kubernetes import config_data, field_validation, openapi, paging, pod_exec, protobuf, tables
+from airflow_gpu.testing.kubernetes import (
+    config_data,
+    field_validation,
+    openapi,
+    openapi_v2_proto,
+    paging,
+    pod_exec,
+    protobuf,
+    tables,
+)
 from airflow_gpu.testing.kubernetes import patch as patching
 from airflow_gpu.testing.kubernetes.admission import admit_validating, default_limit_range, prepare_quota
 from airflow_gpu.testing.kubernetes.api_faults import RESET, ApiCall, ApiFault
@@ -298,11 +307,13 @@ async def openapi_v3(request: web.Request) -> web.Response:
 
 
 async def openapi_v2(request: web.Request) -> web.Response:
-    """``/openapi/v2`` as JSON; 406 to a client that takes only the protobuf form (not served)."""
-    accept = request.headers.get("Accept", "")
-    if accept and not any(t.split(";")[0].strip() in ("application/json", "*/*") for t in accept.split(",")):
-        raise ApiError(406, "NotAcceptable", "only the following media types are accepted: application/json")
-    return web.Response(body=openapi.v2_document(), content_type="application/json")
+    """``/openapi/v2`` as JSON, or as protobuf to kubectl 1.28 and older (``openapi_v2_proto``)."""
+    served = openapi_v2_proto.negotiate(request.headers.get("Accept", ""))
+    if served is None:
+        accepted = ", ".join(("application/json", *openapi_v2_proto.CONTENT_TYPES))
+        raise ApiError(406, "NotAcceptable", f"only the following media types are accepted: {accepted}")
+    body, content_type = served
+    return web.Response(body=body, content_type=content_type)
 
 
 # --- generic CRUD ---------------------------------------------------------------------------

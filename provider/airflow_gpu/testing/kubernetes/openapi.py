@@ -9,11 +9,15 @@ descriptions of the same documents.
 
 The generated client carries the release's schema: ``openapi_types`` (Python types),
 ``attribute_map`` (JSON names), the field descriptions (property docstrings) and the required
-fields (setters that refuse ``None``). What it does not carry, and what is therefore not served:
-the descriptions of the kinds themselves, the strategic-merge keys (``x-kubernetes-patch-merge-key``:
-so PATCH operations do not offer strategic merge here, and kubectl falls back to its compiled-in
-types to build that patch, as it does for a server without them), enums and formats other than
-the ones below. The documents are built once per process (``functools.cache``).
+fields (setters that refuse ``None``). The strategic-merge keys (``x-kubernetes-patch-strategy``,
+``x-kubernetes-patch-merge-key``) come from Kubernetes' Go struct tags, vendored as
+``patch_strategies.json`` (``tools/k8s_patch_strategies.py``): kubectl 1.28 and older build
+``apply``'s patch from them (``/openapi/v2``, served as protobuf by ``openapi_v2_proto``), and
+without them would send a list of containers or env vars whole, so the server would keep the items
+a manifest no longer names. PATCH operations still do not list the strategic-merge content type in
+``/openapi/v3``, so kubectl 1.29+ builds that patch from its compiled-in types. Not served: the
+descriptions of the kinds themselves, enums and formats other than the ones below. The documents
+are built once per process (``functools.cache``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import hashlib
 import inspect
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import kubernetes.client as k8s_models
@@ -63,6 +68,10 @@ SCALARS: dict[str, dict[str, Any]] = {
     "date": {"type": "string", "format": "date"},
     "object": {"type": "string", "format": "int-or-string", "x-kubernetes-int-or-string": True},
 }
+#: ``{definition: {property: {x-kubernetes-patch-strategy, x-kubernetes-patch-merge-key}}}``.
+PATCH_STRATEGIES: dict[str, dict[str, dict[str, str]]] = json.loads(
+    (Path(__file__).with_name("patch_strategies.json")).read_text()
+)["definitions"]
 _TYPE = re.compile(r"^(list|dict)\[(?:str, )?(.+)\]$|^dict\(str, (.+)\)$")
 
 
@@ -128,6 +137,7 @@ def _define(model: str, definitions: dict[str, Any], ref: str = "#/components/sc
     properties: dict[str, Any] = {}
     definitions[name] = schema = {"type": "object", "properties": properties}
     required = []
+    strategies = PATCH_STRATEGIES.get(name, {})
     for attribute, python_type in cls.openapi_types.items():
         json_name = cls.attribute_map[attribute]
         prop = _schema(python_type, ref, definitions)
@@ -136,6 +146,7 @@ def _define(model: str, definitions: dict[str, Any], ref: str = "#/components/sc
             prop = {"allOf": [prop]}
         if description:
             prop["description"] = description
+        prop.update(strategies.get(json_name, {}))
         properties[json_name] = prop
         if _required(cls, attribute):
             required.append(json_name)
