@@ -5,7 +5,10 @@ runs this file with a JSON configuration. It answers what the sampler asks, in n
 output formats: ``--query-gpu=<fields> --format=csv,noheader,nounits [-lms=N]`` (one line per GPU
 per interval, ``[N/A]`` for what a MIG-enabled GPU does not report), ``topo -m`` (tab-separated,
 the legend after it, as nvidia-smi 550 prints it) and the status header that carries the CUDA
-version. A driver that is not loaded reads as nvidia-smi's message and exit code 9.
+version. A driver that is not loaded reads as nvidia-smi's message and exit code 9. ``-i`` /
+``--id=`` takes a comma-separated list of GPU indices, UUIDs or PCI bus ids (as ``nvidia-smi -i
+1,2,4``); one that names no GPU is nvidia-smi's "No devices were found", exit code 6. ``-L`` lists
+each GPU with its MIG devices under it, as nvidia-smi 470 and later print them.
 """
 
 from __future__ import annotations
@@ -69,12 +72,31 @@ def value(field: str, gpu: dict[str, Any], config: dict[str, Any]) -> str:
     return str(values[field])
 
 
+def chosen(args: list[str], gpus: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """The GPUs ``-i``/``--id`` names (all without it), in nvidia-smi's order; None if one names none."""
+    ids = None
+    for i, arg in enumerate(args):
+        if arg.startswith(("--id=", "-i=")):
+            ids = arg.split("=", 1)[1]
+        elif arg in ("-i", "--id") and i + 1 < len(args):
+            ids = args[i + 1]
+    if ids is None:
+        return gpus
+    wanted = [w.strip() for w in ids.split(",")]
+    found = [g for g in gpus if {str(g["index"]), g["uuid"], g["pci"]} & set(wanted)]
+    return found if len(found) == len(wanted) else None
+
+
 def query(args: list[str], config: dict[str, Any]) -> int:
     fields = next(a for a in args if a.startswith("--query-gpu=")).split("=", 1)[1].split(",")
     loop = next((a for a in args if a.startswith("-lms=")), None)
+    gpus = chosen(args, config["gpus"])
+    if gpus is None:
+        print("No devices were found")
+        return 6
     printed = 0
     while True:
-        for gpu in config["gpus"]:
+        for gpu in gpus:
             print(", ".join(value(f, gpu, config) for f in fields), flush=True)
         printed += 1
         if loop is None:
@@ -107,12 +129,19 @@ def main(config_path: str, args: list[str]) -> int:
         return query(args, config)
     if args[:2] == ["topo", "-m"]:
         return topology(config)
+    if args[:1] in (["-L"], ["--list-gpus"]):
+        for gpu in config["gpus"]:
+            print(f"GPU {gpu['index']}: {gpu['name']} (UUID: {gpu['uuid']})")
+            for number, (profile, uuid) in enumerate(gpu.get("migs", [])):
+                print(f"  MIG {profile:<13} Device {number:>2}: (UUID: {uuid})")
+        return 0
     print(HEADER.format(date=time.strftime("%a %b %d %H:%M:%S %Y"), driver=config["driver"], cuda=config["cuda"]))
     return 0
 
 
 def gpu(index: int, *, mig: bool = False, name: str = "NVIDIA A100-SXM4-80GB", **readings: Any) -> dict[str, Any]:
-    """One GPU's configuration: its identity and the readings it reports every time."""
+    """One GPU's configuration: its identity and the readings it reports every time; ``migs``:
+    its MIG devices as ``[profile, UUID]`` pairs (for ``-L``)."""
     return {
         "index": index, "uuid": f"GPU-8a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c{index:02d}", "name": name,
         "pci": f"00000000:{0x07 + index:02X}:00.0", "util": 87, "mem_util": 41, "used": 61234, "total": 81920,

@@ -8,6 +8,9 @@ load", utilisation as an object with ``.gpu`` and ``.memory``, ``nvmlDeviceGetMi
 as ``str`` (or ``bytes``, as nvidia-ml-py before 11.5 returned them), and per-call errors as
 ``NVMLError`` subclasses (``NVMLError_NotSupported``, ...). A call before ``nvmlInit`` or after
 ``nvmlShutdown`` raises ``NVMLError_Uninitialized``, as the real library does, and is counted.
+A GPU's MIG devices (``FakeGpu.migs``, their UUIDs) are found by ``nvmlDeviceGetHandleByUUID``
+and lead to their GPU through ``nvmlDeviceGetDeviceHandleFromMigDeviceHandle``; like the real
+library, a MIG device handle has no energy counter or power reading (``NotSupported``).
 
 Injected as an object (``FakeNvml(...)``), or imported as ``pynvml`` by another process through the
 ``pynvml.py`` that ``install`` writes. Python 3.8 (the oldest the entrypoint supports) imports it.
@@ -42,10 +45,11 @@ NVML_TOPOLOGY_SYSTEM = 50
 NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_INVALID_ARGUMENT = 2
 NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_GPU_IS_LOST = 15
 _MESSAGES = {
-    1: "Uninitialized", 2: "Invalid Argument", 3: "Not Supported", 12: "NVML Shared Library Not Found",
+    1: "Uninitialized", 2: "Invalid Argument", 3: "Not Supported", 6: "Not Found", 12: "NVML Shared Library Not Found",
     15: "GPU is lost",
 }  # fmt: skip
 
@@ -74,6 +78,11 @@ class NVMLError_InvalidArgument(NVMLError):
 class NVMLError_NotSupported(NVMLError):
     def __init__(self) -> None:
         super().__init__(NVML_ERROR_NOT_SUPPORTED)
+
+
+class NVMLError_NotFound(NVMLError):
+    def __init__(self) -> None:
+        super().__init__(NVML_ERROR_NOT_FOUND)
 
 
 class NVMLError_LibraryNotFound(NVMLError):
@@ -105,6 +114,7 @@ class FakeGpu:
     nvlinks: dict[int, int] = field(default_factory=dict)  # peer index -> links
     switch_links: int = 0
     ancestor: int = NVML_TOPOLOGY_HOSTBRIDGE  # the PCIe path to every other GPU
+    migs: list[str] = field(default_factory=list)  # UUIDs of its MIG devices (MIG-...)
 
 
 class _Struct:
@@ -117,6 +127,14 @@ class _Handle:
         self.index = index
 
 
+class _MigHandle(_Handle):
+    """A MIG device of GPU ``index``."""
+
+    def __init__(self, index: int, uuid: str) -> None:
+        super().__init__(index)
+        self.uuid = uuid
+
+
 class FakeNvml:
     """The ``pynvml`` module's surface over ``gpus``; ``calls`` counts each function's calls."""
 
@@ -124,6 +142,7 @@ class FakeNvml:
     NVMLError_Uninitialized = NVMLError_Uninitialized
     NVMLError_InvalidArgument = NVMLError_InvalidArgument
     NVMLError_NotSupported = NVMLError_NotSupported
+    NVMLError_NotFound = NVMLError_NotFound
     NVMLError_LibraryNotFound = NVMLError_LibraryNotFound
     NVMLError_GpuIsLost = NVMLError_GpuIsLost
 
@@ -176,6 +195,8 @@ class FakeNvml:
 
     def _gpu(self, name: str, handle: Any) -> FakeGpu:
         self._enter(name)
+        if isinstance(handle, _MigHandle):  # what a MIG device does not report (the whole GPU does)
+            raise NVMLError_NotSupported()
         return self.gpus[handle.index]
 
     def _str(self, value: str) -> Any:
@@ -225,7 +246,26 @@ class FakeNvml:
             raise NVMLError_InvalidArgument()
         return _Handle(index)
 
+    def nvmlDeviceGetHandleByUUID(self, uuid: Any) -> _Handle:
+        self._enter("nvmlDeviceGetHandleByUUID")
+        wanted = uuid.decode() if isinstance(uuid, bytes) else uuid
+        for index, gpu in enumerate(self.gpus):
+            if gpu.uuid == wanted:
+                return _Handle(index)
+            if wanted in gpu.migs:
+                return _MigHandle(index, wanted)
+        raise NVMLError_NotFound()
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, handle: Any) -> _Handle:
+        self._enter("nvmlDeviceGetDeviceHandleFromMigDeviceHandle")
+        if not isinstance(handle, _MigHandle):
+            raise NVMLError_InvalidArgument()
+        return _Handle(handle.index)
+
     def nvmlDeviceGetUUID(self, handle: Any) -> Any:
+        if isinstance(handle, _MigHandle):
+            self._enter("nvmlDeviceGetUUID")
+            return self._str(handle.uuid)
         return self._str(self._gpu("nvmlDeviceGetUUID", handle).uuid)
 
     def nvmlDeviceGetName(self, handle: Any) -> Any:

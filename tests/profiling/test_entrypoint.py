@@ -62,6 +62,8 @@ def machine(tmp_path: Path) -> dict[str, str]:
     bin_dir.mkdir()
     (bin_dir / "python3").symlink_to(sys.executable)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_GPU_", "AWS_EC2_METADATA"))}
+    for name in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"):  # a GPU machine's own choice of its GPUs
+        env.pop(name, None)
     env.update(install(tmp_path / "no-driver", FakeNvml([], no_driver=True)))
     env.update(PATH=f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin", AIRFLOW_GPU_IMDS="off")
     env["AIRFLOW_GPU_PROFILE_INTERVAL"] = "0.05"
@@ -419,6 +421,19 @@ def test_nvml_profiles_the_run(machine: dict[str, str], tmp_path: Path) -> None:
     busy, mig = got["summary"]
     assert busy["util_mean"] == 87.0 and busy["energy_source"] == "counter" and mig["util_mean"] is None
     assert [s["gpu"] for s in got["series"]] == [0, 1] and got["series"][1]["gpu_util"][0] is None
+
+
+def test_the_profile_covers_the_gpus_the_task_was_given_only(machine: dict[str, str], tmp_path: Path) -> None:
+    """Fake NVML (four A10Gs, as on a host where nothing hid the others) on PYTHONPATH as ``pynvml``;
+    the entrypoint, shipped as the container gets it, is real; the task is given GPUs 2 and 3."""
+    fake = FakeNvml(
+        [FakeGpu(uuid=f"GPU-{i}a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d", pci=f"0000:{7 + i:02X}:00.0") for i in range(4)]
+    )
+    env = {**machine, **install(tmp_path / "driver", fake), "CUDA_VISIBLE_DEVICES": "2,3"}
+    got = profile(run(["true"], env).stdout)
+    assert got["source"] == "nvml" and got["note"] is None
+    assert [s["gpu"] for s in got["summary"]] == [2, 3] and [g["index"] for g in got["gpus"]] == [2, 3]
+    assert [s["gpu"] for s in got["series"]] == [2, 3] and got["topology"]["gpus"] == ["GPU2", "GPU3"]
 
 
 def test_nvidia_smi_profiles_the_run_where_nvml_is_absent(machine: dict[str, str], tmp_path: Path) -> None:

@@ -6,11 +6,19 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from airflow_gpu.profiling.nvidia_smi import NvidiaSmiSampler, parse_cuda, parse_devices, parse_topology
+from airflow_gpu.profiling.nvidia_smi import (
+    NvidiaSmiSampler,
+    parse_cuda,
+    parse_devices,
+    parse_mig_parents,
+    parse_topology,
+)
+from airflow_gpu.testing import gpus
 from airflow_gpu.testing.polling import wait_for
 
 from .fake_nvidia_smi import gpu, install
@@ -135,3 +143,83 @@ def test_device_lines_and_cuda_versions() -> None:
     header = "| NVIDIA-SMI 550.54.15              Driver Version: 550.54.15      CUDA Version: 12.4     |"
     version = "NVIDIA-SMI version  : 570.133.20\nNVML version        : 570.133\nCUDA Version        : 12.8"
     assert (parse_cuda(header), parse_cuda(version), parse_cuda("")) == ("12.4", "12.8", None)
+
+
+def calls_of(on_path: Path) -> list[list[str]]:
+    return [json.loads(line) for line in (on_path / "fake-nvidia-smi.calls").read_text().splitlines()]
+
+
+def test_only_the_gpus_cuda_visible_devices_gives_the_task_are_sampled(on_path: Path) -> None:
+    """Fake nvidia-smi on PATH at the hardware boundary: four A100s, the task given GPUs 2 and 3;
+    nvidia-smi is asked for those two by UUID (``--id=``), for the samples and the last reading."""
+    install(on_path, [gpu(i) for i in range(4)])
+    sampler = NvidiaSmiSampler(0.05, env={"CUDA_VISIBLE_DEVICES": "2,3"})
+    assert sampler.start() and sampler.note is None
+    wait_for(lambda: len(sampler.samples()) >= 4, timeout=10, what="two rounds of nvidia-smi lines")
+    sampler.stop()
+
+    assert {s.gpu for s in sampler.samples()} == {2, 3}
+    info = sampler.devices()
+    assert [g["index"] for g in info["gpus"]] == [2, 3]
+    assert info["topology"] == {"gpus": ["GPU2", "GPU3"], "matrix": [["X", "NV12"], ["NV12", "X"]]}
+    ids = f"--id={gpu(2)['uuid']},{gpu(3)['uuid']}"
+    sampling = [c for c in calls_of(on_path) if any(a.startswith("--query-gpu=timestamp") for a in c)]
+    assert len(sampling) == 2 and all(ids in c for c in sampling)  # the -lms child and the last reading
+
+
+def test_a_mig_device_is_sampled_as_its_gpu_whose_power_is_the_whole_gpus(on_path: Path) -> None:
+    """Fake nvidia-smi at the hardware boundary: GPU 1 of two in MIG mode, the task given one of its
+    MIG devices; ``nvidia-smi -L`` says which GPU that is."""
+    mig = "MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f"
+    install(on_path, [gpu(0), gpu(1, mig=True, migs=[["1g.10gb", "MIG-0000"], ["3g.40gb", mig]])])
+    sampler = NvidiaSmiSampler(0.05, env={"NVIDIA_VISIBLE_DEVICES": mig})
+    assert sampler.start()
+    wait_for(lambda: len(sampler.samples()) >= 2, timeout=10, what="two nvidia-smi lines")
+    sampler.stop()
+
+    samples = sampler.samples()
+    assert {s.gpu for s in samples} == {1} and all(s.power_scope == "gpu" and s.power_usage for s in samples)
+    (summary,) = sampler.summaries()
+    assert summary.energy_scope == "gpu" and summary.energy_source == "integrated power"
+    assert ["-L"] in calls_of(on_path)
+
+
+def test_none_of_the_gpus_is_the_tasks(on_path: Path) -> None:
+    """Fake nvidia-smi at the hardware boundary: two GPUs seen, the runtime gave the task none."""
+    install(on_path, [gpu(0), gpu(1)])
+    sampler = NvidiaSmiSampler(0.05, env={"NVIDIA_VISIBLE_DEVICES": "none"})
+    assert sampler.start() is False and sampler.pid is None
+    assert sampler.note == "nvidia-smi: none of the 2 GPU(s) seen is the task's (NVIDIA_VISIBLE_DEVICES='none')"
+
+
+def test_nvidia_smi_lists_mig_devices_under_their_gpu() -> None:
+    """``nvidia-smi -L`` as drivers 470 and later print it (MIG devices indented under their GPU)."""
+    listed = (
+        "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77)\n"
+        "  MIG 1g.5gb      Device  0: (UUID: MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f)\n"
+        "  MIG 1g.5gb      Device  1: (UUID: MIG-cba663e8-9bed-5b25-b243-5985ef7c9beb)\n"
+        "GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-8a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d)\n"
+    )
+    assert parse_mig_parents(listed) == {
+        "MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f": "GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77",
+        "MIG-cba663e8-9bed-5b25-b243-5985ef7c9beb": "GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77",
+    }
+
+
+def test_the_emulators_nvidia_smi_answers_for_the_gpus_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The emulators' ``nvidia-smi`` (``airflow_gpu.testing.gpus``) takes ``--id=`` as nvidia-smi does:
+    the sampler on a worker with three emulated GPUs, the task given GPU 1."""
+    devices = gpus.devices("A10G", [0, 1, 2], "node-1")
+    env = gpus.install(devices, tmp_path / "gpus")
+    monkeypatch.setenv("PATH", f"{env[gpus.SMI_DIR_ENV]}{os.pathsep}{os.environ['PATH']}")
+    sampler = NvidiaSmiSampler(0.05, env={"CUDA_VISIBLE_DEVICES": "1"})
+    assert sampler.start(), sampler.note
+    wait_for(lambda: len(sampler.samples()) >= 2, timeout=10, what="two nvidia-smi lines")
+    sampler.stop()
+    assert {(s.gpu, s.uuid) for s in sampler.samples()} == {(1, devices[1].uuid)}
+
+    smi = str(Path(env[gpus.SMI_DIR_ENV]) / "nvidia-smi")
+    unknown = subprocess.run(
+        [smi, "--query-gpu=index", "--format=csv,noheader", "--id=GPU-nope"], capture_output=True, text=True
+    )
+    assert (unknown.returncode, unknown.stdout.strip()) == (6, "No devices were found")

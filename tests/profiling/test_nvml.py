@@ -5,6 +5,7 @@ no GPU here). One test uses the real nvidia-ml-py against this machine's missing
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 
@@ -154,3 +155,59 @@ def test_pci_ids_and_cuda_versions_read_as_nvidia_smi_prints_them() -> None:
     assert bus_id(b"0000:07:00.0") == bus_id("00000000:07:00.0") == "00000000:07:00.0"
     assert bus_id("07:00.0") == "00000000:07:00.0" and bus_id("00000000:0f:00.0") == "00000000:0F:00.0"
     assert (cuda_version(12040), cuda_version(11080), cuda_version(12080)) == ("12.4", "11.8", "12.8")
+
+
+def four_gpus(**third: Any) -> FakeNvml:
+    """A four-GPU node as NVML on the host sees it, every GPU busy (fake NVML at the hardware boundary)."""
+    gpus = [
+        FakeGpu(uuid=f"GPU-{i}a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5{i}", pci=f"00000000:{7 + i:02X}:00.0")
+        for i in range(4)
+    ]
+    gpus[2] = FakeGpu(**{**vars(gpus[2]), **third})
+    return FakeNvml(gpus)
+
+
+def sampled(fake: FakeNvml, env: dict[str, str]) -> NvmlSampler:
+    sampler = NvmlSampler(0.05, nvml=fake, env=env)
+    assert sampler.start(), sampler.note
+    wait_for(lambda: rounds(sampler) >= 2, timeout=10, what="two rounds of readings")
+    sampler.stop()
+    return sampler
+
+
+def test_only_the_gpus_cuda_visible_devices_gives_the_task_are_sampled() -> None:
+    """Fake NVML at the hardware boundary: four GPUs, the task given GPUs 2 and 3."""
+    sampler = sampled(four_gpus(), {"CUDA_VISIBLE_DEVICES": "2,3"})
+    assert {s.gpu for s in sampler.samples()} == {2, 3}
+    assert [s.gpu for s in sampler.summaries()] == [2, 3]
+    info = sampler.devices()
+    assert [g["index"] for g in info["gpus"]] == [2, 3] and info["gpus"][0]["uuid"].startswith("GPU-2")
+    assert info["topology"] == {"gpus": ["GPU2", "GPU3"], "matrix": [["X", "PHB"], ["PHB", "X"]]}
+    assert all(s.power_scope is None for s in sampler.samples())
+
+
+def test_uuids_and_mig_devices_name_the_gpus_sampled() -> None:
+    """Fake NVML at the hardware boundary: GPUs named by UUID (and a prefix of one); then a MIG
+    device of GPU 2, resolved to its GPU through NVML, whose power and energy are the whole GPU's."""
+    uuids = [f"GPU-{i}a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5{i}" for i in range(4)]
+    by_uuid = sampled(four_gpus(), {"NVIDIA_VISIBLE_DEVICES": f"{uuids[3]},{uuids[1]}"})
+    assert {s.gpu for s in by_uuid.samples()} == {1, 3} and by_uuid.note is None
+    assert {s.gpu for s in sampled(four_gpus(), {"CUDA_VISIBLE_DEVICES": uuids[0][:10]}).samples()} == {0}
+
+    mig = "MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f"
+    fake = four_gpus(mig=True, migs=[mig])
+    slice_ = sampled(fake, {"NVIDIA_VISIBLE_DEVICES": mig})
+    samples = slice_.samples()
+    assert {s.gpu for s in samples} == {2} and all(s.power_scope == "gpu" for s in samples)
+    assert fake.calls["nvmlDeviceGetDeviceHandleFromMigDeviceHandle"] == 1
+    (summary,) = slice_.summaries()
+    assert summary.energy_scope == "gpu" and summary.energy_source == "counter"
+
+
+def test_no_gpu_of_the_task_is_no_sampler_with_a_note() -> None:
+    """Fake NVML at the hardware boundary: NVML sees four GPUs, the runtime gave the task none."""
+    fake = four_gpus()
+    sampler = NvmlSampler(0.05, nvml=fake, env={"NVIDIA_VISIBLE_DEVICES": "none"})
+    assert sampler.start() is False
+    assert sampler.note == "NVML: none of the 4 GPU(s) seen is the task's (NVIDIA_VISIBLE_DEVICES='none')"
+    assert not fake.initialised and fake.reading_calls == 0

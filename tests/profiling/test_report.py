@@ -12,9 +12,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_gpu.accelerators.spec import Accelerator
+from airflow_gpu.plugins import pages
 from airflow_gpu.profiling import prices, report
+from airflow_gpu.profiling.nvml import NvmlSampler
 from airflow_gpu.profiling.report import build_profile, smallest_instance
+from airflow_gpu.testing.polling import wait_for
 from tests.properties import examples
+
+from .fake_nvml import FakeGpu, FakeNvml
 
 GIB = 1024.0
 
@@ -410,3 +415,47 @@ def test_any_json_payload_gives_a_document_json_can_carry(
     assert isinstance(document["note"], str | None) and isinstance(document["malformed"], list)
     assert _all_numbers_finite(document)
     assert json.loads(dumps(document)) == document
+
+
+def test_a_mig_slice_never_reports_its_gpus_energy_as_its_own() -> None:
+    """A MIG slice's summary as the samplers give it (NVML reports the whole GPU's power and energy
+    counter, ``energy_scope="gpu"``), beside a whole GPU: the task's energy is the whole GPU's only,
+    the slice's figures stay in its summary, marked, and the page labels them as the GPU's."""
+    whole = gpu_summary(0, name="NVIDIA A100-SXM4-80GB", energy_wh=15.0)
+    mig = gpu_summary(
+        1, name="NVIDIA A100-SXM4-80GB", energy_wh=280.0, power_mean=390.0, power_peak=400.0, energy_scope="gpu"
+    )
+    document = build(payload([whole, mig]), "A100-80GB:2", instance_type="p4de.24xlarge")
+    assert document["energy_wh"] == 15.0  # never 295: the 280 Wh are the whole GPU 1's, every slice's
+    assert document["energy_note"] == report.PARENT_ENERGY.format(which="GPU 1")
+    assert [s.get("energy_scope") for s in document["summary"]] == [None, "gpu"]
+
+    html = pages.task_page(document, dag_id="d", run_id="r", task_id="t", map_index=-1, base="/gpu-profile")
+    assert "280.0 Wh (counter; the whole GPU&#x27;s, not this MIG slice&#x27;s)" in html
+    assert "390 W / 400 W (the whole GPU&#x27;s, not this MIG slice&#x27;s)" in html
+    assert "15.0 Wh (counter)</td>" in html
+
+    alone = build(payload([mig]), "A100-80GB-MIG-3g.40gb", instance_type="p4de.24xlarge")
+    assert alone["energy_wh"] is None and alone["energy_note"] is not None
+    assert (
+        "280"
+        not in pages.task_page(alone, dag_id="d", run_id="r", task_id="t", map_index=-1, base="/x").split(
+            "<h2>Per GPU</h2>"
+        )[0]
+    )  # the cards above the per-GPU table show no energy
+
+
+def test_a_mig_slice_profiled_end_to_end_is_marked_from_sample_to_document() -> None:
+    """Fake NVML at the hardware boundary: GPU 1 of two in MIG mode, the task given one of its MIG
+    devices; the sampler, summary, payload cleaning and document are real."""
+    slice_uuid = "MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f"
+    fake = FakeNvml([FakeGpu(), FakeGpu(uuid="GPU-8a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d", mig=True, migs=[slice_uuid])])
+    sampler = NvmlSampler(0.05, nvml=fake, env={"NVIDIA_VISIBLE_DEVICES": slice_uuid})
+    assert sampler.start()
+    wait_for(lambda: sampler.taken >= 3, timeout=10, what="three readings")
+    sampler.stop()
+    summaries = [s.to_json() for s in sampler.summaries()]
+    assert [(s["gpu"], s["energy_scope"]) for s in summaries] == [(1, "gpu")] and summaries[0]["energy_wh"] > 0
+    document = build(payload(summaries), "A100-80GB-MIG-3g.40gb", instance_type="p4de.24xlarge")
+    assert document["energy_wh"] is None and document["summary"][0]["energy_scope"] == "gpu"
+    assert document["malformed"] == []

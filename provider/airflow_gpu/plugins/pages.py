@@ -194,14 +194,18 @@ def _summary_table(document: Mapping[str, Any]) -> str:
         s = mapping(entry)
         idle = number(s.get("idle_fraction"))
         source = text(s.get("energy_source"))
+        # A MIG slice: NVML's power and energy are the whole GPU's, never to be read as the slice's.
+        scope = "the whole GPU's, not this MIG slice's" if s.get("energy_scope") == "gpu" else ""
+        said = "; ".join(part for part in (source, scope) if part)
         rows.append(
             f"<tr><td>{_e(text(s.get('gpu')))}</td><td>{_e(text(s.get('name')))}</td>"
             f"<td><code>{_e(text(s.get('uuid')))}</code></td><td class=n>{fmt(s.get('samples'), digits=0)}</td>"
             f"<td class=n>{fmt(s.get('util_mean'), '%')}</td><td class=n>{fmt(s.get('util_p95'), '%')}</td>"
             f"<td class=n>{fmt(None if idle is None else idle * 100, '%', 0)}</td>"
             f"<td class=n>{fmt_mib(s.get('fb_peak'))} / {fmt_mib(s.get('fb_total'))}</td>"
-            f"<td class=n>{fmt(s.get('power_mean'), ' W', 0)} / {fmt(s.get('power_peak'), ' W', 0)}</td>"
-            f"<td class=n>{fmt_energy(s.get('energy_wh'))}{f' ({escape(source)})' if source else ''}</td></tr>"
+            f"<td class=n>{fmt(s.get('power_mean'), ' W', 0)} / {fmt(s.get('power_peak'), ' W', 0)}"
+            f"{f' ({escape(scope)})' if scope else ''}</td>"
+            f"<td class=n>{fmt_energy(s.get('energy_wh'))}{f' ({escape(said)})' if said else ''}</td></tr>"
         )
     if not rows:
         return ""

@@ -87,12 +87,15 @@ def log(message: str) -> None:
 def choose_sampler(env: Mapping[str, str], interval: float) -> tuple[Sampler | None, list[str]]:
     """The started sampler ``AIRFLOW_GPU_PROFILER`` asks for (auto: NVML, else nvidia-smi), and notes.
 
+    The sampler reads the GPUs that ``env`` gives the task (``NVIDIA_VISIBLE_DEVICES``,
+    ``CUDA_VISIBLE_DEVICES``), not every GPU the driver shows.
+
     The notes say why none started; a fallback that worked needs no excuse for the one before it,
     unless that one is misconfigured (a ``pynvml`` that is not nvidia-ml-py's): the user can fix that.
     """
     choice = (env.get("AIRFLOW_GPU_PROFILER") or "auto").strip().lower()
     notes: list[str] = []
-    kinds: dict[str, list[Callable[[float], Sampler]]] = {
+    kinds: dict[str, list[Callable[..., Sampler]]] = {
         "nvml": [NvmlSampler], "nvidia-smi": [NvidiaSmiSampler], "auto": [NvmlSampler, NvidiaSmiSampler],
     }  # fmt: skip
     if choice not in kinds:
@@ -100,7 +103,7 @@ def choose_sampler(env: Mapping[str, str], interval: float) -> tuple[Sampler | N
         choice = "auto"
     reasons: list[str] = []
     for kind in kinds[choice]:
-        sampler = kind(interval)
+        sampler = kind(interval, env=env)
         try:
             if sampler.start():
                 return sampler, notes

@@ -1,4 +1,4 @@
-"""Samples of every visible GPU from NVML (nvidia-ml-py's ``pynvml``), taken in a background thread.
+"""Samples of the task's GPUs from NVML (nvidia-ml-py's ``pynvml``), taken in a background thread.
 
 NVML is the driver's own library: a reading is a handful of calls that cost microseconds, where
 ``nvidia-smi`` costs a process. Every call may raise ``NVMLError_NotSupported`` (utilisation on a
@@ -7,6 +7,12 @@ the call is not made again for that GPU. Any other NVML error on one metric is N
 reading only. No driver (``nvmlInit`` raises ``NVMLError_LibraryNotFound``), no ``pynvml``, no GPU:
 ``start()`` returns False with ``note`` saying why, never an exception.
 
+Only the task's GPUs are read (``samples.owned_gpus``: ``NVIDIA_VISIBLE_DEVICES`` and
+``CUDA_VISIBLE_DEVICES``), under NVML's own index; a ``MIG-`` UUID there is resolved to the GPU it
+is a slice of (``nvmlDeviceGetHandleByUUID``, ``nvmlDeviceGetDeviceHandleFromMigDeviceHandle``).
+Power and energy of a GPU in MIG mode are the whole GPU's (NVML has no energy counter for a MIG
+device): its samples say so (``power_scope="gpu"``).
+
 ``nvml`` is the ``pynvml`` module, or an object with its names (tests inject a fake one).
 Shipped into the container: standard library and ``airflow_gpu.profiling`` only, Python 3.8.
 """
@@ -14,11 +20,13 @@ Shipped into the container: standard library and ``airflow_gpu.profiling`` only,
 from __future__ import annotations
 
 import importlib
+import os
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
-from airflow_gpu.profiling.samples import Sample
+from airflow_gpu.profiling.samples import Sample, owned_gpus
 from airflow_gpu.profiling.summary import KeepsSamples, SampleStore
 
 MIB = 1024 * 1024
@@ -53,11 +61,15 @@ class _NeverRaised(Exception):
 
 
 class NvmlSampler(KeepsSamples):
-    """Reads every GPU NVML sees each ``interval`` seconds, from ``start()`` to ``stop()``."""
+    """Reads the task's GPUs each ``interval`` seconds, from ``start()`` to ``stop()``.
+
+    ``env``: where ``NVIDIA_VISIBLE_DEVICES`` and ``CUDA_VISIBLE_DEVICES`` are read (this process's
+    environment unless given).
+    """
 
     source = "nvml"
 
-    def __init__(self, interval: float, nvml: Any = None) -> None:
+    def __init__(self, interval: float, nvml: Any = None, env: Mapping[str, str] | None = None) -> None:
         if interval <= 0:
             raise ValueError(f"interval must be positive, got {interval}")
         self.interval = interval
@@ -65,9 +77,11 @@ class NvmlSampler(KeepsSamples):
         #: True when pynvml is there but is not nvidia-ml-py's: worth a line even when nvidia-smi takes over.
         self.misconfigured = False
         self._nvml = nvml
+        self._env = os.environ if env is None else env
         self._error: type[BaseException] = _NeverRaised  # nvml.NVMLError, once start() has checked it
         self._not_supported: type[BaseException] = _NeverRaised
-        self._handles: list[Any] = []
+        self._handles: list[Any] = []  # the task's GPUs' handles, in the order of _gpus
+        self._slices: frozenset[int] = frozenset()  # indices of GPUs the task holds a MIG slice of
         self._gpus: list[dict[str, Any]] = []
         self._info: dict[str, Any] = {"driver": None, "cuda": None, "gpus": [], "topology": None}
         self._unsupported: set[tuple[int, str]] = set()
@@ -130,17 +144,25 @@ class NvmlSampler(KeepsSamples):
         self._initialised = True
         try:
             count = int(self._nvml.nvmlDeviceGetCount())
-            self._handles = [self._nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+            handles = [self._nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
         except self._error as error:
             self.note = f"NVML: cannot list the GPUs ({text(error)})"
             self._shutdown()
             return False
-        if not self._handles:
+        if not handles:
             self.note = "NVML: no GPU is visible to this container"
             self._shutdown()
             return False
+        uuids = [self._call("nvmlDeviceGetUUID", handle) for handle in handles]
+        owned = owned_gpus(self._env, ["" if u is None else text(u) for u in uuids], self._mig_parent)
+        self.note = None if owned.note is None else f"NVML: {owned.note}"
+        if not owned.indices:
+            self._shutdown()
+            return False
+        self._handles = [handles[i] for i in owned.indices]
+        self._slices = owned.slices
         try:
-            self._info = self._read_info()
+            self._info = self._read_info(owned.indices)
         except Exception as error:  # a pynvml whose shapes are not the ones known here
             self.note = f"NVML: cannot describe the GPUs ({type(error).__name__}: {error})"
             self._shutdown()
@@ -148,6 +170,18 @@ class NvmlSampler(KeepsSamples):
         self._thread = threading.Thread(target=self._run, name="airflow-gpu-nvml-sampler", daemon=True)
         self._thread.start()
         return True
+
+    def _mig_parent(self, uuid: str) -> str | None:
+        """The UUID of the GPU that the MIG device ``uuid`` is a slice of, or None."""
+        try:
+            handle = self._nvml.nvmlDeviceGetHandleByUUID(uuid)
+        except TypeError:  # nvidia-ml-py before 11.5 takes bytes
+            handle = self._call("nvmlDeviceGetHandleByUUID", uuid.encode())
+        except (self._error, AttributeError):
+            return None
+        parent = None if handle is None else self._call("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", handle)
+        found = None if parent is None else self._call("nvmlDeviceGetUUID", parent)
+        return None if found is None else text(found)
 
     def stop(self) -> None:
         """Take a last reading, join the thread and shut NVML down (idempotent)."""
@@ -186,14 +220,15 @@ class NvmlSampler(KeepsSamples):
     def _take(self) -> None:
         try:
             now = time.time()
-            taken = [self._read(i, handle, now) for i, handle in enumerate(self._handles)]
+            taken = [self._read(i, handle, now) for i, handle in enumerate(self._handles)]  # i: in _gpus
         except Exception as error:  # never let the thread die: the run goes on without this reading
             self.note = f"NVML: a reading failed ({type(error).__name__}: {error})"
             return
         self._store.add_all(taken)
 
-    def _read(self, index: int, handle: Any, now: float) -> Sample:
-        nvml, gpu = self._nvml, self._gpus[index]
+    def _read(self, position: int, handle: Any, now: float) -> Sample:
+        nvml, gpu = self._nvml, self._gpus[position]
+        index = gpu["index"]
         util = self._metric(index, "nvmlDeviceGetUtilizationRates", handle)
         memory = self._metric(index, "nvmlDeviceGetMemoryInfo", handle)
         power = self._metric(index, "nvmlDeviceGetPowerUsage", handle)
@@ -213,13 +248,15 @@ class NvmlSampler(KeepsSamples):
             total_energy_consumption=None if energy is None else float(energy),  # mJ
             gpu_temp=None if temp is None else float(temp),
             sm_clock=None if clock is None else float(clock),
+            power_scope="gpu" if index in self._slices or gpu["mig"] else None,
         )
 
     # --- what the devices are ------------------------------------------------------------------
 
-    def _read_info(self) -> dict[str, Any]:
+    def _read_info(self, indices: tuple[int, ...]) -> dict[str, Any]:
         nvml = self._nvml
-        for index, handle in enumerate(self._handles):
+        for position, index in enumerate(indices):  # not zip(strict=): this runs on Python 3.8
+            handle = self._handles[position]
             memory = self._call("nvmlDeviceGetMemoryInfo", handle)
             mig = self._call("nvmlDeviceGetMigMode", handle)
             pci = self._call("nvmlDeviceGetPciInfo", handle)
@@ -246,7 +283,7 @@ class NvmlSampler(KeepsSamples):
         }
 
     def _nvlinks(self, handle: Any, by_bus: dict[str, int]) -> tuple[dict[int, int], int]:
-        """Active NVLinks of one GPU: to each peer GPU (by index), and to NVSwitches."""
+        """Active NVLinks of one GPU: to each peer GPU sampled (by position), and to NVSwitches."""
         nvml = self._nvml
         peers: dict[int, int] = {}
         switch = 0
@@ -269,9 +306,9 @@ class NvmlSampler(KeepsSamples):
         return peers, switch
 
     def _topology(self) -> dict[str, Any] | None:
-        """The ``nvidia-smi topo -m`` matrix of the GPUs: NV<n> over NVLink, else the PCIe path."""
+        """The ``nvidia-smi topo -m`` matrix of the task's GPUs: NV<n> over NVLink, else the PCIe path."""
         handles = self._handles
-        by_bus = {g["pci"]: g["index"] for g in self._gpus if g["pci"]}
+        by_bus = {g["pci"]: position for position, g in enumerate(self._gpus) if g["pci"]}
         links = [self._nvlinks(h, by_bus) for h in handles]
         matrix: list[list[str]] = []
         for i, a in enumerate(handles):
@@ -289,4 +326,4 @@ class NvmlSampler(KeepsSamples):
                         return None  # one unknown path: no matrix rather than a wrong one
                     row.append(TOPOLOGY_LABELS[level])
             matrix.append(row)
-        return {"gpus": [f"GPU{i}" for i in range(len(handles))], "matrix": matrix}
+        return {"gpus": [f"GPU{g['index']}" for g in self._gpus], "matrix": matrix}

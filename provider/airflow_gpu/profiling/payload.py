@@ -186,7 +186,7 @@ class _Cleaner:
         if not _in_range(seconds, 0.0, MAX_MAGNITUDE):
             self.note(path, "dropped: seconds is not a duration (a finite number, not negative)")
             return None
-        known = {"gpu", "samples", "seconds", "uuid", "name", "energy_source", *_SUMMARY_NUMBERS}
+        known = {"gpu", "samples", "seconds", "uuid", "name", "energy_source", "energy_scope", *_SUMMARY_NUMBERS}
         cleaned = {
             **self.rest(entry, known, path),
             "gpu": gpu,
@@ -198,6 +198,8 @@ class _Cleaner:
         for name, (low, high) in _SUMMARY_NUMBERS.items():
             cleaned[name] = self.number(entry, name, f"{path}.{name}", low, high)
         cleaned["energy_source"] = self.text(entry, "energy_source", f"{path}.energy_source")
+        if "energy_scope" in entry:  # "gpu": power and energy are the whole GPU's, the task held a MIG slice
+            cleaned["energy_scope"] = self.text(entry, "energy_scope", f"{path}.energy_scope")
         return cleaned
 
     def series(self, path: str, entry: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -13,6 +13,11 @@ and no number in the document is non-finite. The cost covers the sampled GPU tim
 price data's region (us-east-1); it is estimated on a guessed instance type only for AWS Batch,
 which always runs on AWS, never for a Kubernetes node whose instance type is unknown.
 
+A MIG slice's power and energy are its whole GPU's (NVML measures no slice; the summary's
+``energy_scope`` is ``"gpu"``): they stay in its summary, so marked, but never count as the task's
+energy; ``energy_note`` says so. Scaling them to the slice would need a basis NVIDIA does not give
+(a slice's share of compute is not its share of power).
+
 Pure: no Airflow and no cloud SDK, so that it is tested with plain dicts.
 """
 
@@ -62,6 +67,11 @@ NOT_AN_OBJECT = "the GPU profile the workload printed is not a JSON object"
 NO_INSTANCE_TYPE = (
     "the node's instance type was not known (no permission to read nodes, or not an AWS node: GKE, AKS or "
     "on-premises), so there is no price to apply"
+)
+#: Why a MIG slice's energy is not in the task's: NVML reports power and energy for the whole GPU.
+PARENT_ENERGY = (
+    "{which}: a MIG slice, whose power and energy NVML reports for the whole GPU it is part of (shared with the "
+    "GPU's other slices), not for the slice; the whole GPU's figures are not counted as this task's energy"
 )
 #: The ``malformed`` list names at most this many problems (and how many more there were).
 MAX_REPORTED = 10
@@ -187,6 +197,19 @@ def estimate_cost(
     return cost, None
 
 
+def whole_gpu(summary: Mapping[str, Any]) -> bool:
+    """Whether a summary's power and energy are the whole GPU's, the task having held a MIG slice of it."""
+    return summary.get("energy_scope") == "gpu"
+
+
+def _energy(measured: Sequence[Mapping[str, Any]]) -> tuple[float | None, str | None]:
+    """The task's energy in Wh (its own GPUs' only), and the note on the MIG slices left out."""
+    own = [e for s in measured if not whole_gpu(s) and (e := finite_number(s.get("energy_wh"))) is not None]
+    shared = [s for s in measured if whole_gpu(s)]
+    which = ", ".join(f"GPU {s.get('gpu')}" for s in shared)
+    return (round(sum(own), 3) if own else None), (PARENT_ENERGY.format(which=which) if shared else None)
+
+
 def _duration(document: Mapping[str, Any], problems: list[str]) -> float | None:
     started, ended = finite_number(document.get("started")), finite_number(document.get("ended"))
     if started is None or ended is None:
@@ -231,7 +254,7 @@ def build_profile(
     measured = _measured(summaries)
     empty = payload is None or not measured
     duration = _duration(document, problems)
-    energy = [e for s in measured if (e := finite_number(s.get("energy_wh"))) is not None]
+    energy, energy_note = _energy(measured)
     utils = [u for s in measured if (u := finite_number(s.get("util_mean"))) is not None]
     cost, cost_note = estimate_cost(
         accelerator, summaries, backend=backend, instance_type=instance_type, capacity=capacity
@@ -247,7 +270,8 @@ def build_profile(
             "interruptions": interruptions,
             "duration_s": duration,
             "gpu_hours": round(sum(finite_number(s.get("seconds")) or 0.0 for s in measured) / 3600, 6),
-            "energy_wh": round(sum(energy), 3) if energy else None,
+            "energy_wh": energy,
+            "energy_note": energy_note,
             "util_mean": round(sum(utils) / len(utils), 2) if utils else None,
             "cost": cost.to_json() if cost else None,
             "cost_note": cost_note,

@@ -3,6 +3,10 @@
 Energy comes from the GPU's own counter where it has one (NVML's total energy consumption, in mJ
 since the driver loaded: the difference between the first and last reading), else from power
 integrated over time (trapezoids), which misses what happens between two samples.
+
+A MIG slice has neither: NVML reports the whole GPU's power and energy counter. Its summary keeps
+those figures but says whose they are (``energy_scope="gpu"``: the parent GPU's, shared with the
+other slices), so that nothing reads them as the slice's own.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ class GpuSummary:
     energy_wh: float | None
     energy_source: str | None  # "counter" or "integrated power"
     idle_fraction: float | None
+    #: None: power and energy are this device's; "gpu": the whole GPU's, of which the task held a MIG slice.
+    energy_scope: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -72,10 +78,12 @@ class Running:
         self.counter_n = 0
         self.first_counter: float | None = None
         self.last_counter: float | None = None
+        self.power_scope: str | None = None
 
     def add(self, sample: Sample) -> None:
         self.samples += 1
         self.end = sample.time
+        self.power_scope = self.power_scope or sample.power_scope
         util, used, total, power = sample.gpu_util, sample.fb_used, sample.fb_total, sample.power_usage
         if util is not None:
             self.util_n += 1
@@ -135,6 +143,7 @@ class Running:
             energy_wh=energy,
             energy_source=source,
             idle_fraction=self.idle / self.util_n if self.util_n else None,
+            energy_scope=self.power_scope,
         )
 
 

@@ -2,8 +2,10 @@
 
 ``airflow_gpu.testing.gpus.install`` writes this file, with a shebang line, as ``nvidia-smi`` beside
 a ``devices.json``. It answers in nvidia-smi's formats: ``--query-gpu=<fields>
---format=csv[,noheader][,nounits] [-lms=N | -l N]``, ``topo -m``, ``-L``, ``--version`` and the
-plain status header. Readings follow the processes of the caller's session (the container).
+--format=csv[,noheader][,nounits] [-lms=N | -l N] [-i | --id=IDS]``, ``topo -m``, ``-L``,
+``--version`` and the plain status header. ``--id`` takes a comma-separated list of indices, UUIDs
+or PCI bus ids, as nvidia-smi does; one that names no device is nvidia-smi's "No devices were
+found" (exit code 6). Readings follow the processes of the caller's session (the container).
 """
 
 from __future__ import annotations
@@ -118,6 +120,16 @@ def option(args: list[str], name: str) -> str | None:
     return None
 
 
+def chosen(args: list[str], devices: list[Device]) -> list[Device] | None:
+    """The devices ``-i``/``--id`` names (all without it); None when an id names none."""
+    ids = option(args, "--id") or option(args, "-i")
+    if ids is None:
+        return devices
+    wanted = {w.strip() for w in ids.split(",")}
+    found = [d for d in devices if {str(d["index"]), d["uuid"], f"00000000:{0x10 + d['index']:02X}:00.0"} & wanted]
+    return found if len(found) == len(wanted) else None
+
+
 def query(args: list[str], devices: list[Device]) -> int:
     fields = [f.strip() for f in (option(args, "--query-gpu") or "").split(",") if f.strip()]
     fmt = (option(args, "--format") or "csv").split(",")
@@ -188,7 +200,11 @@ def main(args: list[str]) -> int:
         print(f"DRIVER version      : {DRIVER}\nCUDA Version        : {CUDA}")
         return 0
     if option(args, "--query-gpu"):
-        return query(args, devices)
+        named = chosen(args, devices)
+        if named is None:
+            print("No devices were found")
+            return 6
+        return query(args, named)
     return header(devices)
 
 
