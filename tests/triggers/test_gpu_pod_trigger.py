@@ -378,12 +378,15 @@ def test_before_airflow_3_3_cleanup_on_mark_failed_deletes_every_pod_of_the_try(
     kubernetes_emulator: KubernetesEmulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Before Airflow 3.3 the triggerer calls no ``on_kill``: Mark Failed reaches the trigger as ``cleanup``
-    once ``safe_to_cancel`` says the task left DEFERRED. The official one deletes only the pod waited on;
-    a replacement of this try (the create in flight) must go too, and another try's pod stays."""
+    once the task has left DEFERRED. The official one deletes only the pod waited on; a replacement of
+    this try (the create in flight) must go too, and another try's pod stays. The state is asked in the
+    event loop (``asend``): the official ``safe_to_cancel`` asks from a thread, which on a 3.2.0
+    triggerer never came back. The supervisor's channel is faked (tests/triggers/test_kill_guard.py)."""
     from airflow.providers.cncf.kubernetes.triggers import pod as official
 
     from airflow_gpu.testing.polling import wait_for
     from airflow_gpu.triggers import kubernetes as ours
+    from tests.triggers.test_kill_guard import answer
 
     for module in (official, ours):  # Airflow 3.3+ is installed: take the older path, as 3.2 does
         monkeypatch.setattr(module, "AIRFLOW_V_3_3_PLUS", False)
@@ -397,18 +400,19 @@ def test_before_airflow_3_3_cleanup_on_mark_failed_deletes_every_pod_of_the_try(
     t = GPUPodTrigger(**{**trigger(kubernetes_emulator, "cleaned", termination_grace_period=0).serialize()[1],
                          "gpu_spot": plan})  # fmt: skip
 
-    async def marked_failed() -> bool:  # the task is no longer DEFERRED: not a triggerer restart
-        return True
+    from tests.triggers.test_kill_guard import ti
 
-    monkeypatch.setattr(t, "safe_to_cancel", marked_failed)
+    t.task_instance = ti()  # as the triggerer sets it (airflow's TaskInstance; the fields the read needs)
+    comms = answer(monkeypatch, {"r1": {"train": "failed"}})  # Mark Failed: not a triggerer restart
 
     async def body() -> None:
         waiting = asyncio.create_task(first_event(t))
         await asyncio.sleep(1)
         waiting.cancel()
-        await t.cleanup()
+        await asyncio.wait_for(t.cleanup(), 60)
 
     asyncio.run(body())
+    assert [how for how, _, _ in comms.asked] == ["asend"]  # in the loop, never ``send`` from a thread
     wait_for(lambda: pod_names(api) == {"cleaned-next-try"}, 30)
 
 

@@ -113,13 +113,46 @@ def test_the_batch_trigger_terminates_only_on_a_kill(
 ) -> None:
     answer(monkeypatch, {"r1": {"train": state}})
     calls: list[dict[str, Any]] = []
-    api = SimpleNamespace(terminate_job=lambda **kwargs: calls.append(kwargs))
     trigger = GPUBatchJobTrigger(job_id="job-1")
     trigger.task_instance = ti()  # type: ignore[assignment]
 
-    async def hook() -> Any:
-        return SimpleNamespace(api=api)
+    async def hook() -> Any:  # ``GPUBatchHook.terminate``: TerminateJob through transient errors
+        return SimpleNamespace(terminate=lambda job_id, reason: calls.append({"jobId": job_id, "reason": reason}))
 
     monkeypatch.setattr(trigger, "_hook", hook)
     asyncio.run(trigger.on_kill())
     assert [c["jobId"] for c in calls] == (["job-1"] if terminated else [])
+
+
+@pytest.mark.parametrize(
+    ("answers", "expected"),
+    [
+        ([{"r1": {"train": "deferred"}}], True),  # a triggerer restart: the pod stays
+        ([{"r1": {"train": "failed"}}], False),  # Mark Failed
+        ([RuntimeError("supervisor gone"), RuntimeError("supervisor gone")], None),  # cannot tell
+    ],
+)
+def test_still_deferred_reads_in_the_loop_and_says_when_it_cannot_tell(
+    monkeypatch: pytest.MonkeyPatch, answers: list[Any], expected: bool | None
+) -> None:
+    """Before Airflow 3.3 ``cleanup`` decides with this read on every trigger exit, a triggerer's
+    shutdown included: "cannot tell" is its own answer (the caller keeps the workload), and the read
+    is made with ``asend`` on the loop's thread."""
+    comms = answer(monkeypatch, *answers)
+    trigger = SimpleNamespace(task_instance=ti())
+    assert asyncio.run(kill_guard.still_deferred(trigger)) is expected
+    assert {(how, thread) for how, _, thread in comms.asked} == {("asend", threading.main_thread().name)}
+
+
+def test_a_read_that_never_answers_ends_within_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A supervisor that does not answer (going away at shutdown) cannot hold a cleanup for ever."""
+
+    class Silent(Comms):
+        async def asend(self, msg: Any) -> Any:
+            await asyncio.sleep(3600)
+
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", Silent({}), raising=False)
+    monkeypatch.setattr(kill_guard, "RETRY_PAUSE_SECONDS", 0.0)
+    monkeypatch.setattr(kill_guard, "READ_TIMEOUT_SECONDS", 0.1)
+    trigger = SimpleNamespace(task_instance=ti())
+    assert asyncio.run(asyncio.wait_for(kill_guard.still_deferred(trigger), 5)) is None

@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 DEFERRED = "deferred"
 #: Reads of the task's state before the kill goes ahead without it, and the pause between them.
 STATE_READS, RETRY_PAUSE_SECONDS = 2, 0.5
+#: The longest one read may take: a cleanup must end even when the supervisor does not answer.
+READ_TIMEOUT_SECONDS = 10.0
 
 
 async def handed_over(trigger: Any) -> bool:
@@ -47,34 +49,48 @@ async def handed_over(trigger: Any) -> bool:
     False when the state says otherwise, or cannot be read in two tries (then the kill goes ahead:
     a person's Mark Failed must not leave a GPU running, billed).
     """
+    deferred = await still_deferred(trigger)
+    if deferred:
+        log.warning(
+            "%s is still deferred: this trigger moved to another triggerer, which follows its workload; "
+            "nothing is stopped",
+            trigger.task_instance,
+        )
+    return bool(deferred)
+
+
+async def still_deferred(trigger: Any) -> bool | None:
+    """Whether the trigger's task is still DEFERRED; None when its state cannot be read in two tries.
+
+    Before Airflow 3.3 a trigger's ``cleanup`` runs on every exit, a triggerer's shutdown included,
+    and it must tell a person's kill (the task no longer deferred) from a restart (still deferred)
+    with this read, not the official ``safe_to_cancel``: that one asks from a thread
+    (``sync_to_async``), which on a 3.2 triggerer races the loop's own requests to the supervisor,
+    and in the end-to-end stack on 3.2.0 it never came back, so Mark Failed left the GPU pod running.
+    Each read is bounded (``READ_TIMEOUT_SECONDS``) so that a supervisor going away cannot hold a
+    cleanup for ever.
+    """
     ti = getattr(trigger, "task_instance", None)
     if ti is None:
-        return False
+        return None
     states: dict[str, Any] | None = None
     for attempt in range(1, STATE_READS + 1):
         try:
-            states = await _task_states(ti)
+            states = await asyncio.wait_for(_task_states(ti), READ_TIMEOUT_SECONDS)
             break
         except Exception as error:
             last = attempt == STATE_READS
             log.warning(
                 "Could not read the state of %s (%s: %s); %s",
-                ti, type(error).__name__, error, "stopping its workload" if last else "asking again",
+                ti, type(error).__name__, error, "giving up" if last else "asking again",
             )  # fmt: skip
             if last:
-                return False
+                return None
             await asyncio.sleep(RETRY_PAUSE_SECONDS)
     # The states endpoint suffixes a mapped task's key with its map index.
     key = f"{ti.task_id}_{ti.map_index}" if ti.map_index is not None and ti.map_index >= 0 else ti.task_id
     state = ((states or {}).get(ti.run_id) or {}).get(key)
-    if str(getattr(state, "value", state)) == DEFERRED:
-        log.warning(
-            "%s is still deferred: this trigger moved to another triggerer, which follows its workload; "
-            "nothing is stopped",
-            ti,
-        )
-        return True
-    return False
+    return str(getattr(state, "value", state)) == DEFERRED
 
 
 async def _task_states(ti: Any) -> dict[str, Any]:

@@ -125,12 +125,10 @@ class GPUPodTrigger(PodCarryOn, KubernetesPodTrigger):
             return
         if self._handed_back or self.on_kill_action == OnKillAction.KEEP_POD:
             return
-        try:
-            safe = await self.safe_to_cancel()
-        except Exception:
-            self.log.warning("Could not tell the task's state; no pod is deleted, to be safe", exc_info=True)
-            return
-        if safe:
+        deferred = await kill_guard.still_deferred(self)  # in the loop: see kill_guard.still_deferred
+        if deferred is None:
+            self.log.warning("Could not tell the task's state; no pod is deleted, to be safe")
+        elif not deferred:
             await self._delete_this_try()
 
     async def _delete_this_try(self) -> None:

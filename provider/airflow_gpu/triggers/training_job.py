@@ -30,9 +30,8 @@ from __future__ import annotations
 import asyncio
 import time
 from functools import cached_property
-from typing import Any, cast
+from typing import Any
 
-from airflow.providers.cncf.kubernetes.triggers.pod import KubernetesPodTrigger
 from airflow.providers.cncf.kubernetes.version_compat import AIRFLOW_V_3_3_PLUS
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
@@ -347,14 +346,10 @@ class GPUTrainingJobTrigger(BaseTrigger):
     async def cleanup(self) -> None:
         """Before Airflow 3.3 the triggerer calls only this, also on a restart: the Job goes only when the
         task is no longer deferred (killed by a person), as the official trigger decides for its pod."""
-        from airflow.utils.state import TaskInstanceState
-
         if AIRFLOW_V_3_3_PLUS or self._fired:
             return
-        try:  # the official trigger's reading of the task's state, which needs only ``task_instance``
-            state = await KubernetesPodTrigger.get_task_state(cast("KubernetesPodTrigger", self))
-        except Exception:
-            self.log.warning("Could not tell the task's state; the training Job is left running", exc_info=True)
-            return
-        if state != TaskInstanceState.DEFERRED:
+        deferred = await kill_guard.still_deferred(self)  # in the loop: see kill_guard.still_deferred
+        if deferred is None:
+            self.log.warning("Could not tell the task's state; the training Job is left running")
+        elif not deferred:
             await self.on_kill()
