@@ -97,7 +97,8 @@ def test_one_kubernetes_machine_is_a_gpu_pod_running_accelerate_launch() -> None
     inner = op._backend_operator(op.launch)
     pod = inner.build_pod_request_obj(dry_run=True)
     container = pod.spec.containers[0]
-    assert container.command[:2] == ["accelerate", "launch"] and container.command[-3:] == [SCRIPT, "--epochs", "3"]
+    assert container.command[:2] == ["python3", "-c"]  # finds accelerate without a login shell (find_accelerate)
+    assert container.command[3:5] == ["accelerate", "launch"] and container.command[-3:] == [SCRIPT, "--epochs", "3"]
     assert container.resources.limits["nvidia.com/gpu"] == "2" and pod.metadata.namespace == "ml"
     assert {e.name: e.value for e in container.env}["WANDB_MODE"] == "offline"
     assert inner.do_xcom_push is False  # the result line is read; no KPO sidecar in a training pod
@@ -109,7 +110,7 @@ def test_several_kubernetes_machines_take_rank_and_main_address_from_the_pod() -
     shell, flag, script = inner.cmds
     assert (shell, flag) == ("/bin/sh", "-c")
     argv = shlex.split(script.replace('"$JOB_COMPLETION_INDEX"', "RANK").replace(f'"${ENV_MAIN_ADDRESS}"', "MAIN"))
-    assert argv[:3] == ["exec", "accelerate", "launch"]
+    assert argv[:3] == ["exec", "python3", "-c"] and argv[4:6] == ["accelerate", "launch"]
     flags = {a: b for a, b in itertools.pairwise(argv) if a.startswith("--") and not b.startswith("--")}
     assert flags["--num_processes"] == "16" and flags["--num_machines"] == "2"
     assert flags["--machine_rank"] == "RANK" and flags["--main_process_ip"] == "MAIN"

@@ -12,10 +12,17 @@ DESIGN.md):
 * an image's ``default_config.yaml`` overrides every default, so every choice is passed as a flag;
 * on a machine without a GPU, one process is ``--cpu``; several CPU processes are ``--multi_gpu``
   with ``ACCELERATE_USE_CPU=1`` (gloo), which is how the same DAG trains on a laptop.
+
+In a container the command is ``python3 -c <find_accelerate> accelerate launch ...``: the image's
+command runs without a login shell, and the image the docs recommend
+(``huggingface/accelerate:gpu-release-*``) has accelerate on PATH only in one (``find_accelerate``
+says where it looks instead).
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,6 +38,8 @@ Target = Literal["local", "kubernetes", "batch"]
 #: The compute capability each precision needs on NVIDIA (bf16: Ampere; fp8: Ada and Hopper).
 MIN_COMPUTE_CAPABILITY = {"bf16": (8, 0), "fp8": (8, 9)}
 SPOT_CAPACITIES = ("spot", "spot-if-available")
+#: The program a container's launch starts first: any Python 3 on the image's PATH.
+PYTHON = "python3"
 
 
 class AccelerateLaunch(BaseModel):
@@ -173,15 +182,52 @@ class AccelerateLaunch(BaseModel):
         return [*args, self.training_script, *self.script_args]
 
     def command(self, machine_rank: str, main_process_ip: str) -> list[str]:
-        """The container command of one machine: ``argv()`` as is on one machine; on several, through
+        """The container command of one machine: ``argv()`` started by ``find_accelerate`` (shipped
+        in the command), which finds accelerate without a login shell; on several machines through
         a shell that fills in the rank and the main machine's address when the machine starts
         (``machine_rank`` and ``main_process_ip`` are shell words, e.g. ``'"$JOB_COMPLETION_INDEX"'``)."""
         if self.num_machines == 1:
-            return self.argv()
+            return [PYTHON, "-c", finder_source(), *self.argv()]
         rank, address = "@@RANK@@", "@@MAIN@@"
-        script = shlex.join(self.argv(machine_rank=rank, main_process_ip=address))
+        script = shlex.join([PYTHON, "-c", finder_source(), *self.argv(machine_rank=rank, main_process_ip=address)])
         return ["/bin/sh", "-c", "exec " + script.replace(rank, machine_rank).replace(address, main_process_ip)]
 
     def environment(self) -> dict[str, str]:
         """What the launcher needs beside its flags: CPU processes over gloo."""
         return {"ACCELERATE_USE_CPU": "1"} if self.gpus_per_machine == 0 else {}
+
+
+class _Shippable(ast.NodeTransformer):
+    """Drops what an old ``python3`` cannot parse or the container does not need: annotations, the
+    ``__future__`` import, docstrings."""
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.AST | None:
+        return None if node.module == "__future__" else node
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AST | None:
+        return None if node.value is None else ast.Assign(targets=[node.target], value=node.value)
+
+    def visit_arg(self, node: ast.arg) -> ast.AST:
+        node.annotation = None
+        return node
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        node.returns = None
+        return self._without_docstring(node)
+
+    def visit_Module(self, node: ast.Module) -> ast.AST:
+        return self._without_docstring(node)
+
+    def _without_docstring(self, node: ast.FunctionDef | ast.Module) -> ast.AST:
+        self.generic_visit(node)
+        first = node.body[0] if node.body else None
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            node.body = node.body[1:] or [ast.Pass()]
+        return node
+
+
+@functools.cache
+def finder_source() -> str:
+    """``find_accelerate``'s source as shipped in the command: parsed by any Python 3, a few KiB."""
+    source = (Path(__file__).parent / "find_accelerate.py").read_text()
+    return ast.unparse(ast.fix_missing_locations(_Shippable().visit(ast.parse(source))))
