@@ -60,4 +60,5 @@ def test_image_entrypoint_is_checked_at_parse_time() -> None:
 def test_a_catalog_image_whose_config_cannot_be_read_is_known_by_its_family() -> None:
     assert decide("pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime", None, "no network").wrap
     assert decide("nvcr.io/nvidia/pytorch:25.01-py3", None, "no network").wrap
+    assert decide("huggingface/accelerate:gpu-release-1.15.0", None, "no network").wrap  # the docs' choice
     assert not decide("registry.example.com/pytorch/pytorch:1", None, "no network").wrap

@@ -46,6 +46,9 @@ PUBLISHED: dict[str, tuple[str, ...]] = {
     "docker.io/pytorch/pytorch": (),
     "nvcr.io/nvidia/pytorch": ("/opt/nvidia/nvidia_entrypoint.sh",),
     "docker.io/nvidia/cuda": ("/opt/nvidia/nvidia_entrypoint.sh",),
+    # The image the Accelerate docs recommend: gpu-release-* inherits nvidia/cuda's ENTRYPOINT; the
+    # cpu-release-* tags have none. Both pass their arguments on, so the decision is the same.
+    "docker.io/huggingface/accelerate": ("/opt/nvidia/nvidia_entrypoint.sh",),
 }
 HOW_TO = (
     'to profile it, build the image without an ENTRYPOINT or with one that ends in exec "$@" '
