@@ -209,3 +209,29 @@ def test_one_machine_defers_to_the_triggerer_and_resumes_through_the_training_op
     assert result["ranks"] == [0] and result["losses"][-1] < result["losses"][0]
     assert run.xcom("gpu_accelerator")["accelerator"] == "L4"
     assert run.xcom("gpu_profile")["backend"] == "kubernetes"
+
+
+def one_gpu_quota(emulator: KubernetesEmulator) -> None:
+    """A ResourceQuota with room for one of the training's two L4 machines."""
+    core = client.CoreV1Api(api(emulator))
+    quota = {"metadata": {"name": "gpu-quota"}, "spec": {"hard": {"requests.nvidia.com/gpu": "1"}}}
+    core.create_namespaced_resource_quota("default", quota)
+
+
+@scenarios(Scenario("accelerate_kubernetes_quota", "kubernetes", prepare=one_gpu_quota))
+def test_a_training_partly_refused_at_admission_fails_with_the_quota_and_leaves_nothing(
+    scenario_run: ScenarioRun,
+) -> None:
+    """Issue 25, behaviour 1, through a real worker: the quota admits rank 0 and refuses rank 1 (the Job
+    controller's ``FailedCreate``). Past ``startup_timeout_seconds`` the Job and Service are deleted and the
+    task fails once, naming the quota, neither as an application error nor resubmitted; nothing is left."""
+    run = scenario_run
+    assert [(t["try_number"], t["state"]) for t in run.tries()] == [(1, "failed")]
+    log = run.log()
+    assert "exceeded quota: gpu-quota, requested: requests.nvidia.com/gpu=1" in log
+    assert "1 of 2 machines of Job" in log and "the application failed" not in log
+    assert run.xcom("gpu_interruptions") in (None, [])
+    assert run.pods is not None
+    created = {p["metadata"]["name"] for _, p in run.pods.events if JOB_LABEL in (p["metadata"].get("labels") or {})}
+    assert len(created) == 1, created  # rank 0 only: one Job, never resubmitted
+    assert_nothing_left(run.emulator)

@@ -21,7 +21,18 @@ Jobs and Services are named per task try and submission (``<name>-<digest>[-r<N>
 with ``propagationPolicy: Foreground`` (the API's default for a Job is to orphan its pods) at the
 end, on failure and on kill. A new try after a worker crash takes over the Job an earlier try left
 running (``reattach_on_restart``, KPO's argument, on by default), or deletes it
-(``training_job_reattach``).
+(``training_job_reattach``). Any other exception that leaves ``execute`` (an API server down past
+the retry budget, a bug) deletes the try's Job and Service, as KPO's ``cleanup()`` does for its
+pod, unless the next try would take the running Job over (``retry_handover``: a retry comes,
+reattach is on, the run is still open); Jobs also carry ``ttlSecondsAfterFinished``
+(``utils.training_job``) as a backstop.
+
+Ranks the API refuses to create (a ResourceQuota, a LimitRange, PodSecurity, a webhook) leave only
+``FailedCreate`` events: fewer pods than machines for longer than ``startup_timeout_seconds``
+deletes the Job and Service and fails the task with the API server's message
+(``spot.training_job.MissingRanks``). It is not a spot capacity shortage (no other placement
+changes the namespace's quota or policy), so it is not resubmitted; Airflow's retries apply, for a
+quota may free up.
 """
 
 from __future__ import annotations
@@ -37,7 +48,17 @@ from airflow_gpu.operators.delegation import DelegatedRun, outside_the_users_dag
 from airflow_gpu.operators.spot_task import bad_result, fail, publish, save_run
 from airflow_gpu.operators.training_job_cluster import TrainingJobs
 from airflow_gpu.spot.classifier import Classification, Outcome
-from airflow_gpu.spot.training_job import JobEnd, JobPods, StuckClock, job_end, node_of, rank_of
+from airflow_gpu.spot.training_job import (
+    JobEnd,
+    JobPods,
+    MissingRanks,
+    StuckClock,
+    adoptable,
+    job_end,
+    node_of,
+    rank_of,
+    refused,
+)
 from airflow_gpu.triggers.interruption_log import log_interruptions
 from airflow_gpu.utils.kubernetes import to_dict
 from airflow_gpu.utils.pod_log_follower import PodLogFollower
@@ -101,6 +122,7 @@ class IndexedJobTraining:
         self.context: Context | None = None
         self._killed = threading.Event()
         self._followers: dict[str, PodLogFollower] = {}
+        self._judged = False  # this try judged its last Job (and deleted it): nothing to take over
 
     @property
     def jobs(self) -> TrainingJobs:
@@ -114,13 +136,48 @@ class IndexedJobTraining:
         self.cluster = TrainingJobs(op.client, self.namespace, self.log)
 
     def run(self, context: Context) -> Any:
+        from airflow.sdk.exceptions import TaskDeferred
+
         from airflow_gpu.operators.training_job_reattach import take_over
 
         self._start(context)
-        self.job = take_over(self.op, self.jobs, context, self.log)
-        if self.job is None:
-            self._submit(context)
-        return self._follow(context, deferrable=self.op.deferrable)
+        try:
+            self.job = take_over(self.op, self.jobs, context, self.log)
+            if self.job is None:
+                self._submit(context)
+            return self._follow(context, deferrable=self.op.deferrable)
+        except TaskDeferred:
+            raise
+        except BaseException as error:
+            self._after_error(context, error)
+            raise
+
+    def _after_error(self, context: Context, error: BaseException) -> None:
+        """An exception leaves ``execute``: the try's Job and Service go (KPO's ``cleanup()`` in a ``finally``),
+        unless the next try takes the running Job over (``retry_handover``), as after a trigger's crash."""
+        from airflow_gpu.operators.retry_handover import why_no_takeover
+
+        name = self.job
+        if name is None:
+            return
+        why_not = "the task was killed" if self._killed.is_set() else why_no_takeover(self.op, context)
+        if why_not is None and not self._judged:
+            try:
+                job = self.jobs.read(name)
+            except Exception as read_error:  # the API is what failed: leave the Job to the retry's take-over
+                self.log.warning("Training Job %s runs on for the next try to take over (%s)", name, read_error)
+                return
+            if job is not None and adoptable(job):
+                self.log.warning("Training Job %s runs on for the next try to take over (%s)", name, error)
+                return
+        self.log.warning("Deleting training Job %s and its Service: %s: %s", name, type(error).__name__, error)
+        try:
+            self.jobs.delete(name, wait=False)
+        except Exception as delete_error:  # the original error is the one to raise
+            self.log.error("Could not delete training Job %s (%s); its ttlSecondsAfterFinished remains", name,
+                           delete_error)  # fmt: skip
+        if not self._judged:
+            save_run(context, STATE_STORE_KEY, self.op.spot_run, open_=False)  # no later try takes it over
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
         """Back from ``GPUTrainingJobTrigger``: the Job that ended the run (the trigger made any before it)."""
@@ -174,6 +231,7 @@ class IndexedJobTraining:
         op._publish_profile(context, main["metadata"]["name"] if main else self.job, node)
         self.jobs.delete(self.job, grace_seconds=op.termination_grace_period or 30)
         if decision.action != "resubmit":
+            self._judged = True
             save_run(context, STATE_STORE_KEY, op.spot_run, open_=False)  # this try judged its Job
         if self._killed.is_set():
             raise AirflowException("the task was killed; the training Job was deleted")
@@ -220,12 +278,9 @@ class IndexedJobTraining:
         """Until the Job ended (or a rank stayed unschedulable or unstarted past its timeout), polling."""
         name = str(self.job)
         pods = JobPods()
-        clock = StuckClock(
-            {
-                Outcome.UNSCHEDULABLE: self.op.spot.capacity_timeout,
-                Outcome.INFRASTRUCTURE: float(self.op.startup_timeout_seconds),
-            }
-        )
+        startup = float(self.op.startup_timeout_seconds)
+        clock = StuckClock({Outcome.UNSCHEDULABLE: self.op.spot.capacity_timeout, Outcome.INFRASTRUCTURE: startup})
+        missing = MissingRanks(startup)
         while True:
             job = self.jobs.read(name)  # `get jobs`, not jobs/status
             if job is not None:
@@ -234,7 +289,14 @@ class IndexedJobTraining:
                 for pod_name, pod in current.items():
                     if (pod.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed"):
                         self._follow_log(pod_name, pod)  # ended between two looks: its log is still there
-            ended = job_end(job, pods, self.op._node_stays, name) or clock.check(pods.current(), time.monotonic())
+            ended = job_end(job, pods, self.op._node_stays, name)
+            stuck = clock.check(pods.current(), time.monotonic()) if ended is None else None
+            if ended is None and stuck is None and (count := missing.check(job, pods.current(), time.monotonic())):
+                expected = int(((job or {}).get("spec") or {}).get("parallelism") or 0)
+                stuck = refused(name, count, expected, startup, self.jobs.failed_creates(name)), None
+            if stuck is not None:  # the ranks that run would wait at the rendezvous: stopped now, logs read to the end
+                self.jobs.delete(name, wait=False)
+                ended = stuck
             if ended is not None:
                 return JobEnd(ended[0], ended[1], pods)
             if self._killed.is_set():

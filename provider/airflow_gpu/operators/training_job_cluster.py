@@ -13,7 +13,12 @@ them through the API, kept apart from the training's loop:
   orphans its pods) and wait until the Job and its pods are gone, so that the next Job's pods
   never run beside the last one's;
 * find a task instance's Jobs and Services (a label search, as KPO finds its pod), for a new try
-  after a worker crash: the one to take over, and the ones to delete.
+  after a worker crash: the one to take over, and the ones to delete;
+* read the Job's ``FailedCreate`` events: what the API server said when it refused a rank.
+
+Every read and delete rides out a throttled or restarting API server (``utils.api_retry``: 429
+with ``Retry-After``, 5xx, a reset connection), so one bad answer during a days-long training does
+not fail the task and leave its machines running.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import time
 from typing import Any
 
 from airflow_gpu.triggers import adoption
+from airflow_gpu.utils import api_retry
 from airflow_gpu.utils.kubernetes import to_dict
 from airflow_gpu.utils.training_job import DELETE_WAIT_SECONDS, JOB_LABEL, owned_by, owner_reference
 
@@ -44,7 +50,10 @@ class TrainingJobs:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            job: dict[str, Any] = to_dict(self.batch.read_namespaced_job(name, self.namespace))
+            job: dict[str, Any] = to_dict(
+                api_retry.call(lambda: self.batch.read_namespaced_job(name, self.namespace), f"reading Job {name}",
+                               log=self.log)
+            )  # fmt: skip
         except ApiException as error:
             if error.status != 404:
                 raise
@@ -53,8 +62,31 @@ class TrainingJobs:
 
     def pods(self, name: str) -> dict[str, dict[str, Any]]:
         """The Job's pods, by name, as API dicts."""
-        listed = self.core.list_namespaced_pod(self.namespace, label_selector=f"{JOB_LABEL}={name}")
+        listed = api_retry.call(
+            lambda: self.core.list_namespaced_pod(self.namespace, label_selector=f"{JOB_LABEL}={name}"),
+            f"listing the pods of Job {name}",
+            log=self.log,
+        )
         return {pod.metadata.name: to_dict(pod) for pod in listed.items}
+
+    def failed_creates(self, name: str) -> list[str]:
+        """The messages of the Job's ``FailedCreate`` events, oldest first ("Error creating: pods ... is
+        forbidden: exceeded quota: ..."); empty when they cannot be read (no ``list events``)."""
+        from kubernetes.client.exceptions import ApiException
+
+        selector = f"involvedObject.kind=Job,involvedObject.name={name}"
+        try:
+            events = api_retry.call(
+                lambda: self.core.list_namespaced_event(self.namespace, field_selector=selector),
+                f"listing the events of Job {name}",
+                log=self.log,
+            ).items
+        except ApiException as error:
+            self.log.warning("The events of Job %s could not be read (%s %s)", name, error.status, error.reason)
+            return []
+        refused = [e for e in events if e.reason == "FailedCreate"]
+        refused.sort(key=lambda e: str(e.last_timestamp or e.event_time or e.first_timestamp or ""))
+        return [str(e.message) for e in refused]
 
     def create(self, manifests: dict[str, dict[str, Any]]) -> bool:
         """The Service, then the Job; True when the Job existed already as this task try's (adopted)."""
@@ -137,9 +169,16 @@ class TrainingJobs:
         if name is None:
             return
         with contextlib.suppress(ApiException):
-            self.batch.delete_namespaced_job(name, self.namespace, propagation_policy="Foreground")
+            api_retry.call(
+                lambda: self.batch.delete_namespaced_job(name, self.namespace, propagation_policy="Foreground"),
+                f"deleting Job {name}",
+                log=self.log,
+            )
         with contextlib.suppress(ApiException):
-            self.core.delete_namespaced_service(name, self.namespace)
+            api_retry.call(
+                lambda: self.core.delete_namespaced_service(name, self.namespace), f"deleting Service {name}",
+                log=self.log,
+            )  # fmt: skip
         deadline = time.monotonic() + DELETE_WAIT_SECONDS + grace_seconds
         orphans_deleted = False
         while wait and time.monotonic() < deadline:

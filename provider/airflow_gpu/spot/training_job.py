@@ -15,9 +15,12 @@ the pods run on), a Job that a queue (Kueue) suspends. The pods say *why* it end
 reclaim killed explains the ranks that then lost their peer (an application error) and the ones
 the controller deleted, hence ``CAUSE_ORDER``.
 
-Two ends the controller never declares are the caller's to time: a rank that cannot be scheduled,
+Three ends the controller never declares are the caller's to time: a rank that cannot be scheduled,
 or cannot start (an image that does not pull), waits for ever while the others wait for it at the
-rendezvous (``StuckClock``).
+rendezvous (``StuckClock``); and a rank the API server refuses to create (a ResourceQuota on
+``requests.nvidia.com/gpu`` used up, a LimitRange, PodSecurity, a policy webhook) never exists at
+all: the Job controller records a ``FailedCreate`` event and tries again with back-off, sets no
+condition, and the ranks it did create hold their GPUs at the rendezvous (``MissingRanks``).
 
 Input is the Kubernetes API's dicts, as ``spot.classifier`` takes them; no Airflow, no client.
 """
@@ -286,6 +289,52 @@ class StuckClock:
             elif now - self.since.setdefault(kind, now) > timeout:
                 return classify_pod(blocked[0]), dict(blocked[0])
         return None
+
+
+#: The Job controller's event reason for a pod create the API refused (``FailedCreatePodReason``).
+FAILED_CREATE = "FailedCreate"
+
+
+class MissingRanks:
+    """Since when the Job has had fewer pods than ``parallelism``; past the timeout, how many are missing.
+
+    A refused pod create leaves no trace but ``FailedCreate`` events: no pod, no Job condition, so no
+    other clock runs. Partly admitted (some ranks created), the created ranks wait at the rendezvous,
+    holding their GPUs, until the launcher gives up and the Job fails as if the application had.
+    A judged or suspended Job is not waiting for ranks.
+    """
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.since: float | None = None
+
+    def check(
+        self, job: Mapping[str, Any] | None, pods: Iterable[Mapping[str, Any]], now: float, expected: int | None = None
+    ) -> int | None:
+        """``expected``: the Job's ``parallelism`` when ``job`` lacks its spec (the triggerer keeps Jobs slim)."""
+        spec = (job or {}).get("spec") or {}
+        expected = int(spec.get("parallelism") or 0) if expected is None else expected
+        missing = expected - len(list(pods))
+        if job is None or judged(job) or spec.get("suspend") is True or missing <= 0:
+            self.since = None
+            return None
+        if self.since is None:
+            self.since = now
+        return missing if now - self.since > self.timeout else None
+
+
+def refused(name: str, missing: int, expected: int, timeout: float, events: Iterable[str]) -> Classification:
+    """A Job whose ranks the API would not create, told with the latest ``FailedCreate`` message (the API
+    server's words: ``pods "x" is forbidden: exceeded quota: ...``). Not a capacity shortage: no other
+    placement changes a namespace's quota or policy, so it is infrastructure that is not transient."""
+    messages = list(events)
+    why = messages[-1] if messages else "no FailedCreate event of the Job says why (events expire after an hour)"
+    return Classification(
+        Outcome.INFRASTRUCTURE,
+        FAILED_CREATE,
+        f"{missing} of {expected} machines of Job {name} were not created for longer than "
+        f"startup_timeout_seconds={timeout:g}: {why}",
+    )
 
 
 def to_json(result: Classification) -> dict[str, Any]:

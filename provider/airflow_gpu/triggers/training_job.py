@@ -23,11 +23,18 @@ from its annotation, so that it goes on where it was, records each interruption 
 no second Job. Mark Failed (``on_kill``, Airflow 3.3+; ``cleanup`` before) deletes the Job and
 Service. An error (say RBAC without ``list jobs``) is an ``error`` event: the worker then watches
 the Job itself.
+
+Ranks the API refuses to create (a ResourceQuota, a LimitRange...) show only as the Job's
+``FailedCreate`` events: fewer pods than machines for longer than the startup timeout ends the wait
+with the latest event's message (``spot.training_job.MissingRanks``), one LIST of the Job's events
+then; not a capacity shortage, so the trigger does not replace the Job: the worker deletes it and
+fails the task.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from functools import cached_property
 from typing import Any
@@ -37,14 +44,17 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_gpu.spot.classifier import Outcome
 from airflow_gpu.spot.training_job import (
+    FAILED_CREATE,
     JobEnd,
     JobPods,
+    MissingRanks,
     StuckClock,
     failing,
     job_end,
     judged,
     node_of,
     rank_of,
+    refused,
     to_json,
 )
 from airflow_gpu.triggers import cluster, kill_guard
@@ -250,6 +260,7 @@ class GPUTrainingJobTrigger(BaseTrigger):
         jobs, pods = self.jobs, self.pods
         seen_pods = JobPods()
         clock = StuckClock({Outcome.UNSCHEDULABLE: self.capacity_timeout, Outcome.INFRASTRUCTURE: self.startup_timeout})
+        missing = MissingRanks(float(self.startup_timeout))
         jobs.hold(job)
         pods.hold_group(JOB_LABEL, job)
         job_task: asyncio.Task[Any] | None = None
@@ -284,6 +295,10 @@ class GPUTrainingJobTrigger(BaseTrigger):
                 ended = job_end(obj, seen_pods, stays.get, job)
                 if ended is None:
                     ended = clock.check(seen_pods.current(), time.monotonic())
+                expected = int(self.plan["base"]["job"]["spec"].get("parallelism") or 0)  # the watch keeps Jobs slim
+                if ended is None and (count := missing.check(obj, seen_pods.current(), time.monotonic(), expected)):
+                    events = await self._failed_creates(job)
+                    ended = refused(job, count, expected, float(self.startup_timeout), events), None
                 if ended is not None:
                     return JobEnd(ended[0], ended[1], seen_pods)
         finally:
@@ -293,6 +308,31 @@ class GPUTrainingJobTrigger(BaseTrigger):
             jobs.release(job)
             pods.release_group(JOB_LABEL, job)
             jobs.forget(job)
+
+    async def _failed_creates(self, job: str) -> list[str]:
+        """The messages of the Job's ``FailedCreate`` events, oldest first; empty when they cannot be read."""
+        from kubernetes_asyncio.client import CoreV1Api
+
+        from airflow_gpu.triggers.kubernetes_api import checked
+        from airflow_gpu.utils.api_retry import acall
+
+        selector = f"involvedObject.kind=Job,involvedObject.name={job}"
+
+        async def call() -> list[dict[str, Any]]:
+            async with self.connection.client() as client:
+                listing = CoreV1Api(client).list_namespaced_event
+                response = await checked(await listing(self.namespace, field_selector=selector, _preload_content=False))
+                items: list[dict[str, Any]] = json.loads(await response.read()).get("items") or []
+                return items
+
+        try:
+            items = await acall(call, f"listing the events of Job {job}", log=self.log)
+        except Exception as error:  # the refusal stands without its wording
+            self.log.warning("The events of training Job %s could not be read (%s)", job, error)
+            return []
+        found = [e for e in items if e.get("reason") == FAILED_CREATE]
+        found.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or e.get("firstTimestamp") or ""))
+        return [str(e.get("message") or "") for e in found]
 
     async def _node_fates(self, pods: JobPods) -> dict[str | None, bool | None]:
         nodes = sorted(pods.nodes_to_check())

@@ -36,6 +36,11 @@ MAX_NAME = 47
 MAX_BASE = 40
 #: How long deleting a Job may take to remove its pods (their grace period comes on top).
 DELETE_WAIT_SECONDS = 60.0
+#: ``ttlSecondsAfterFinished`` of every training Job: the TTL controller deletes a finished Job (and, in
+#: the foreground, its pods) this long after it ended, should the task not (a worker lost for good, a
+#: deletion that failed). A day leaves a retry's take-over (``training_job_reattach``) ample time to read
+#: a complete Job's result; a finished Job's pods hold no GPUs meanwhile.
+JOB_TTL_SECONDS = 24 * 3600
 #: Where ``GPUKubernetesOperator`` puts a pod's spot notice; the Job's name replaces the pod's there.
 NOTICE_DIRECTORY = "/tmp/airflow-gpu/{name}/"
 
@@ -95,6 +100,7 @@ def job_manifests(
         "completions": machines,
         "parallelism": machines,
         "backoffLimit": 0,  # one rank lost ends the Job; the spot run decides what comes next
+        "ttlSecondsAfterFinished": JOB_TTL_SECONDS,  # a backstop: the task deletes its Jobs itself
         "template": {"metadata": {"labels": labels, "annotations": annotations}, "spec": spec},
     }
     if active_deadline_seconds is not None:

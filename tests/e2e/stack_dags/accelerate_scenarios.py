@@ -5,7 +5,8 @@ own Kubernetes emulator (connection ``k8s_accelerate_kubernetes_preempt``); the 
 rank-1 machine mid-run. ``accelerate_kubernetes_deferrable_preempt`` is the same training deferred
 to the triggerer, which replaces the Job itself. ``accelerate_kubernetes_reattach`` trains long
 enough for the test to kill its worker and the next try to take the running Job over. The emulated
-machines have no CUDA, so the processes use gloo on CPU.
+machines have no CUDA, so the processes use gloo on CPU. ``accelerate_kubernetes_quota`` runs two
+simulated machines in a namespace whose GPU quota admits one.
 """
 
 from __future__ import annotations
@@ -79,3 +80,14 @@ scenario(  # one machine is GPUKubernetesOperator's own pod, deferred to the tri
     main_process_port=29540,
     poll_interval=1,
 )
+with DAG("accelerate_kubernetes_quota", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+         catchup=False, tags=["e2e-scenario"]):  # fmt: skip
+    # A GPU quota with room for one of the two machines (the test creates it): the admitted rank must
+    # not hold its GPU at the rendezvous; past startup_timeout_seconds the task fails with the refusal.
+    # Simulated machines: no process runs, so the scenario costs the stack next to nothing.
+    AccelerateTrainOperator(
+        task_id="train", target="kubernetes", kubernetes_conn_id="k8s_accelerate_kubernetes_quota",
+        namespace="default", training_script=SCRIPT, image="simulated.local/train:1", accelerator="L4",
+        num_machines=2, main_process_port=29570, gpu_profile=False, startup_timeout_seconds=5,
+        env={"SIMULATED_SECONDS": "600"}, poll_interval=0.5,
+    )  # fmt: skip
