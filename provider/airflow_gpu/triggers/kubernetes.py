@@ -120,15 +120,29 @@ class GPUPodTrigger(PodCarryOn, KubernetesPodTrigger):
         ``safe_to_cancel``: not on a triggerer restart). With a spot run here it deletes every pod of the
         task try, as ``on_kill`` does: the official one deletes only the pod waited on, and would leave
         a replacement in flight running, billed, with nothing to follow it."""
-        if AIRFLOW_V_3_3_PLUS or self.gpu_spot is None:
+        if AIRFLOW_V_3_3_PLUS:
             await super().cleanup()
             return
         if self._handed_back or self.on_kill_action == OnKillAction.KEEP_POD:
             return
+        if self.gpu_spot is None and self._fired_event:
+            return
+        # Airflow 3.2's trigger runner cancels a trigger that left the database again at every turn of
+        # its loop until the trigger's task ends (``cancel_triggers``): any await here would be cut
+        # short, and Mark Failed left the pod running. The work is shielded from those cancels.
+        await asyncio.shield(self._after_cancel())
+
+    async def _after_cancel(self) -> None:
+        """Before Airflow 3.3: delete what this try runs if a person killed the task (it is no longer
+        deferred), keep it if the triggerer is only stopping or handing over (still deferred)."""
         deferred = await kill_guard.still_deferred(self)  # in the loop: see kill_guard.still_deferred
         if deferred is None:
             self.log.warning("Could not tell the task's state; no pod is deleted, to be safe")
-        elif not deferred:
+        elif deferred:
+            self.log.info("The task is still deferred (a triggerer restart or hand-over): its pod stays")
+        elif self.gpu_spot is None:
+            await self._delete_pod(self.pod_name)
+        else:
             await self._delete_this_try()
 
     async def _delete_this_try(self) -> None:

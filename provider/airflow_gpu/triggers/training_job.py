@@ -388,6 +388,11 @@ class GPUTrainingJobTrigger(BaseTrigger):
         task is no longer deferred (killed by a person), as the official trigger decides for its pod."""
         if AIRFLOW_V_3_3_PLUS or self._fired:
             return
+        # Shielded: Airflow 3.2's runner cancels the trigger again at every turn of its loop until its
+        # task ends (see GPUPodTrigger.cleanup).
+        await asyncio.shield(self._after_cancel())
+
+    async def _after_cancel(self) -> None:
         deferred = await kill_guard.still_deferred(self)  # in the loop: see kill_guard.still_deferred
         if deferred is None:
             self.log.warning("Could not tell the task's state; the training Job is left running")
