@@ -195,6 +195,40 @@ def test_application_failure_fails_without_retries(scenario_run: ScenarioRun) ->
     assert scenario_run.xcom("gpu_interruptions") == []
 
 
+#: (operation, kind, times): each more failures in a row than botocore's default retries (5 attempts)
+#: absorb, or a SubmitJob whose job Batch created but whose answer was lost.
+TRANSIENT_FAULTS = (
+    ("DescribeJobQueues", "throttle", 6),
+    ("RegisterJobDefinition", "server", 6),
+    ("SubmitJob", "throttle", 3),
+    ("SubmitJob", "lost", 1),
+    ("DescribeJobs", "unavailable", 6),
+    ("DescribeJobs", "reset", 2),
+    ("GetLogEvents", "throttle", 6),
+)
+
+
+def transient_faults(emulator: BatchEmulator) -> None:
+    for operation, kind, times in TRANSIENT_FAULTS:
+        emulator.fail(operation, kind, times=times)
+
+
+@both_modes("gpu_batch_transient", prepare=transient_faults)
+def test_a_burst_of_throttles_5xx_and_dropped_connections_is_ridden_out(scenario_run: ScenarioRun) -> None:
+    """Issue 25, behaviour 3 (AWS Batch): the task meets throttles, server errors and dropped connections
+    on its calls, in the worker and (deferrable) in the triggerer, and succeeds in its first try with
+    one job: the SubmitJob whose answer was lost is found by name and tags, not sent again."""
+    assert scenario_run.state() == "success"
+    assert_one_try(scenario_run, "success")  # retries=2: a failed try would show as a second one
+    assert scenario_run.xcom() == {"ok": True}
+    emulator = scenario_run.emulator
+    served = [(f["operation"], f["fault"], f["times"]) for f in emulator.faults if "rate" in f]
+    assert served == list(TRANSIENT_FAULTS)
+    assert all(armed.hits == armed.times for armed in emulator._throttle.armed())
+    [job] = describe(emulator)
+    assert job["status"] == "SUCCEEDED" and job["jobId"] == scenario_run.xcom("batch_job_id")
+
+
 @scenarios(batch("gpu_batch_no_queue"))
 def test_a_gpu_no_queue_offers_fails_at_once(scenario_run: ScenarioRun) -> None:
     assert scenario_run.state() == "failed"

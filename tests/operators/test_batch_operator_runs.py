@@ -306,6 +306,8 @@ def test_a_result_whose_log_cannot_be_read_is_none_with_the_reason(
     from botocore.exceptions import ClientError
     from structlog.testing import capture_logs
 
+    from airflow_gpu.hooks.batch import GPUBatchHook
+
     class Denied:
         def __init__(self, client: Any) -> None:
             self.client = client
@@ -318,8 +320,9 @@ def test_a_result_whose_log_cannot_be_read_is_none_with_the_reason(
             message += "logs:GetLogEvents"
             raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": message}}, "GetLogEvents")
 
-    real = AwsLogsHook.conn
+    real, logs_client = AwsLogsHook.conn, GPUBatchHook.logs_client
     monkeypatch.setattr(AwsLogsHook, "conn", property(lambda hook: Denied(real.func(hook))))  # type: ignore[attr-defined]
+    monkeypatch.setattr(GPUBatchHook, "logs_client", lambda hook, job: Denied(logs_client(hook, job)))
     op = operator(gpu_profile=False)
     with capture_logs() as logs:
         assert op.execute({"ti": Ti(), "task_state_store": Store()}) is None  # it printed {"loss": 0.25}

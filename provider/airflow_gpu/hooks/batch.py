@@ -7,6 +7,13 @@ one call (DescribeJobs takes 100 ids, and Batch throttles it: retried with backo
 would sit in RUNNABLE forever fails with "queue gpu-spot offers g5 (A10G) only" instead. It also
 reads a job's logs where the job writes them (its own ``awslogs-group``), waiting out CloudWatch's
 ingestion lag for the result line.
+
+Every call rides out transient errors (``utils.batch_retries``): the clients use botocore's standard
+retry mode with more attempts than its default (unless the connection's ``config_kwargs`` sets
+``retries``), and a call still failing transiently is tried again a few rounds more. SubmitJob is
+sent once per try by botocore (Batch has no idempotency token for it): after an answer that may
+have been lost, ``submit_job_once`` looks the job up by name and task-try tags before sending it
+again.
 """
 
 from __future__ import annotations
@@ -14,10 +21,12 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import cached_property, partial
 from typing import Any
 
 from airflow.sdk.exceptions import AirflowException
+from botocore.config import Config
 
 try:
     from airflow.providers.amazon.aws.hooks.batch_client import BatchClientHook
@@ -26,7 +35,9 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
 
 from airflow_gpu.accelerators.batch import instance_offers
 from airflow_gpu.accelerators.batch_queues import QueueOffer, unreadable_types
+from airflow_gpu.utils import batch_retries
 from airflow_gpu.utils.batch_logs import DEFAULT_LOG_GROUP, attempt_streams, log_group
+from airflow_gpu.utils.batch_retries import retry_transient, throttled, transient
 from airflow_gpu.utils.results import WorkloadOutput, read_output
 
 __all__ = ["DEFAULT_LOG_GROUP", "SPEC_HASH_TAG", "GPUBatchHook", "QueueOffer", "definition_hash"]
@@ -38,8 +49,15 @@ _LAST_READ: dict[str, Any] = {}
 SPEC_HASH_TAG = "airflow-gpu/spec-hash"
 DESCRIBE_JOBS_LIMIT = 100
 SPOT_TYPES = frozenset({"SPOT", "FARGATE_SPOT"})
-#: How many times DescribeJobs is tried when Batch throttles it, as ``get_job_description`` does.
+#: Rounds (each botocore's own attempts) DescribeJobs gets while it fails transiently.
 THROTTLE_RETRIES = 8
+#: SubmitJob sends (each once: botocore does not retry it) before a transient error is raised; with
+#: ``batch_retries.pause`` between them (up to a minute each), a 10-minute outage is waited out.
+SUBMIT_ATTEMPTS = 16
+#: ListJobs reads, ``LOOKUP_INTERVAL`` s apart, that look for a job whose SubmitJob answer was lost
+#: before it is sent again (ListJobs is eventually consistent: a new job shows within seconds).
+LOOKUP_POLLS = 3
+LOOKUP_INTERVAL = 2.0
 #: Polls for a job DescribeJobs does not return yet before the job is taken for lost.
 MISSING_POLLS = 5
 #: Seconds a job may stay RUNNABLE after CancelJob before it is terminated instead.
@@ -108,17 +126,84 @@ class GPUBatchHook(BatchClientHook):
         return super().get_connection(conn_id)
 
     @property
+    def config(self) -> Config:
+        """The connection's botocore config, with our retries unless it sets its own (``batch_retries``)."""
+        return batch_retries.with_retries(super().config)
+
+    @property
     def api(self) -> Any:
         """The boto3 Batch client (``client`` is typed as the provider's partial protocol)."""
         return self.client
+
+    @cached_property
+    def _submit_api(self) -> Any:
+        """A Batch client whose calls botocore sends once: SubmitJob must not be sent twice blindly."""
+        return self.get_client_type(config=batch_retries.without_retries(super().config))
+
+    def submit_job_once(
+        self, args: Mapping[str, Any], keep: Callable[[Sequence[Mapping[str, Any]]], Mapping[str, Any] | None]
+    ) -> tuple[str, bool]:
+        """SubmitJob, never twice for one job: the job's id, and whether it was found already submitted.
+
+        Batch has no idempotency token for SubmitJob. A throttle (or a connection never made) means
+        Batch did not act: the job is sent again after a pause. A 5xx or a connection dropped while
+        waiting for the answer may come after Batch created the job: before sending it again, the
+        job is looked for by name (ListJobs, ``LOOKUP_POLLS`` times: it is eventually consistent),
+        and ``keep`` picks this task try's job among those found (by its identity tags).
+        """
+        maybe_submitted = False
+        for attempt in range(1, SUBMIT_ATTEMPTS + 1):
+            if maybe_submitted:
+                found = self._find_submitted(args, keep)
+                if found is not None:
+                    self.log.info("Job %s (%s) was submitted before its answer was lost", found, args["jobName"])
+                    return found, True
+            try:
+                return str(self._submit_api.submit_job(**args)["jobId"]), False
+            except Exception as error:
+                if attempt == SUBMIT_ATTEMPTS or not transient(error):
+                    raise
+                maybe_submitted = maybe_submitted or not throttled(error)
+                wait = batch_retries.pause(attempt)
+                self.log.warning(
+                    "SubmitJob %s failed transiently (%s: %s); %s in %.1f s", args["jobName"], type(error).__name__,
+                    error, "looking for it, then submitting it again" if maybe_submitted else "trying again", wait,
+                )  # fmt: skip
+                batch_retries.sleep(wait)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _find_submitted(
+        self, args: Mapping[str, Any], keep: Callable[[Sequence[Mapping[str, Any]]], Mapping[str, Any] | None]
+    ) -> str | None:
+        for poll in range(LOOKUP_POLLS):
+            if poll:
+                batch_retries.sleep(LOOKUP_INTERVAL)
+            kept = keep(self.jobs_named(str(args["jobQueue"]), str(args["jobName"])))
+            if kept is not None:
+                return str(kept["jobId"])
+        return None
+
+    def terminate(self, job_id: str, reason: str) -> None:
+        """TerminateJob, through transient errors: a job left running is billed."""
+        retry_transient(f"TerminateJob {job_id}", lambda: self.api.terminate_job(jobId=job_id, reason=reason), self.log)
+
+    def cancel(self, job_id: str, reason: str) -> None:
+        """CancelJob, through transient errors."""
+        retry_transient(f"CancelJob {job_id}", lambda: self.api.cancel_job(jobId=job_id, reason=reason), self.log)
 
     def register_job_definition_once(self, name: str, definition: Mapping[str, Any]) -> str:
         """The ARN of an active revision of ``name`` with exactly ``definition``, registering one if none.
 
         ``definition`` is RegisterJobDefinition's arguments without the name (type,
         containerProperties, retryStrategy, ...). Its hash goes in a tag, so a changed spec gets a
-        new revision and an unchanged one reuses the active revision.
+        new revision and an unchanged one reuses the active revision. Through transient errors the
+        look-up and the registration are tried again together (a registration whose answer was lost
+        is then found); botocore's own retry of a lost RegisterJobDefinition can leave a second,
+        identical revision, which is harmless.
         """
+        return retry_transient(f"RegisterJobDefinition {name}", lambda: self._register_once(name, definition), self.log)
+
+    def _register_once(self, name: str, definition: Mapping[str, Any]) -> str:
         digest = definition_hash(definition)
         paginator = self.api.get_paginator("describe_job_definitions")
         for page in paginator.paginate(jobDefinitionName=name, status="ACTIVE"):
@@ -160,7 +245,7 @@ class GPUBatchHook(BatchClientHook):
         terminated (``stop_uncancelled``), so that it cannot start later with nobody following it.
         """
         self.log.warning("Cancelling job %s: %s", job_id, reason)
-        self.api.cancel_job(jobId=job_id, reason=reason)
+        self.cancel(job_id, reason)
         deadline = time.monotonic() + (CANCEL_TIMEOUT if timeout is None else timeout)
         while True:
             current = self.describe_job(job_id, interval)
@@ -178,7 +263,7 @@ class GPUBatchHook(BatchClientHook):
         with ``reason``, as Batch will show it: the run moves on without waiting for that."""
         job_id = str(job["jobId"])
         self.log.warning("Job %s is still RUNNABLE after CancelJob: terminating it", job_id)
-        self.api.terminate_job(jobId=job_id, reason=reason)
+        self.terminate(job_id, reason)
         return {**job, "status": "FAILED", "statusReason": reason}
 
     def jobs_named(self, queue: str, name: str) -> list[dict[str, Any]]:
@@ -186,34 +271,32 @@ class GPUBatchHook(BatchClientHook):
         in any status: ListJobs with a ``JOB_NAME`` filter ignores ``jobStatus`` (AWS Batch API
         reference), and its summaries carry no tags, so the jobs are described too."""
         prefix = name[:-1] if name.endswith("*") else None
-        ids: list[str] = []
-        paginator = self.api.get_paginator("list_jobs")
-        for page in paginator.paginate(jobQueue=queue, filters=[{"name": "JOB_NAME", "values": [name]}]):
-            for summary in page.get("jobSummaryList") or []:
-                listed = str(summary.get("jobName") or "")
-                if listed == name or (prefix is not None and listed.startswith(prefix)):  # the filter ignores case
-                    ids.append(summary["jobId"])
+
+        def listed() -> list[str]:
+            ids: list[str] = []
+            paginator = self.api.get_paginator("list_jobs")
+            for page in paginator.paginate(jobQueue=queue, filters=[{"name": "JOB_NAME", "values": [name]}]):
+                for summary in page.get("jobSummaryList") or []:
+                    found = str(summary.get("jobName") or "")
+                    if found == name or (prefix is not None and found.startswith(prefix)):  # the filter ignores case
+                        ids.append(summary["jobId"])
+            return ids
+
+        ids = retry_transient(f"ListJobs {name}", listed, self.log)
         return list(self.describe_jobs_batched(ids).values()) if ids else []
 
     def _describe_jobs(self, ids: list[str]) -> list[dict[str, Any]]:
-        """One DescribeJobs call, tried again with exponential backoff while Batch throttles it."""
-        from botocore.exceptions import ClientError
-
-        for tries in range(THROTTLE_RETRIES):
-            try:
-                return list(self.api.describe_jobs(jobs=ids)["jobs"])
-            except ClientError as error:
-                if error.response.get("Error", {}).get("Code") != "TooManyRequestsException":
-                    raise
-                if tries == THROTTLE_RETRIES - 1:
-                    raise
-                pause = self.exponential_delay(tries + 1)
-                self.log.warning("DescribeJobs throttled (%s); trying again in %.1f s", error, pause)
-                time.sleep(pause)
-        raise AssertionError("unreachable")  # pragma: no cover
+        """One DescribeJobs call, tried again with backoff while it fails transiently (throttled, a 5xx,
+        a dropped connection) beyond botocore's own attempts."""
+        return retry_transient(
+            "DescribeJobs", lambda: list(self.api.describe_jobs(jobs=ids)["jobs"]), self.log, THROTTLE_RETRIES
+        )
 
     def queue_offers(self, queue: str) -> QueueOffer:
         """Which capacity and accelerator instance types the queue's compute environments launch."""
+        return retry_transient(f"DescribeJobQueues {queue}", lambda: self._queue_offers(queue), self.log)
+
+    def _queue_offers(self, queue: str) -> QueueOffer:
         queues = self.api.describe_job_queues(jobQueues=[queue])["jobQueues"]
         if not queues:
             raise ValueError(f"job queue {queue!r} does not exist")
@@ -238,31 +321,34 @@ class GPUBatchHook(BatchClientHook):
     log_group = staticmethod(log_group)
     attempt_streams = staticmethod(attempt_streams)
 
+    def logs_client(self, job: Mapping[str, Any]) -> Any:
+        """A CloudWatch Logs client for the job's log region, with this hook's credentials and retries."""
+        options = ((job.get("container") or {}).get("logConfiguration") or {}).get("options") or {}
+        region = options.get("awslogs-region") or self.conn_region_name
+        return self.get_session(region_name=region).client(
+            "logs",
+            region_name=region,
+            endpoint_url=self.conn_config.get_service_endpoint_url("logs"),
+            config=self.config,
+            verify=self.verify,
+        )
+
     def attempt_lines(self, job: Mapping[str, Any], limit: int = 10_000) -> list[str]:
         """Every attempt's log lines, oldest attempt first (the last ``limit`` of each), read with this
         hook's credentials: a trigger's hook has its connection already (``for_trigger``)."""
         group = self.log_group(job)
         if group is None:
             return []
-        options = ((job.get("container") or {}).get("logConfiguration") or {}).get("options") or {}
-        session = self.get_session(region_name=options.get("awslogs-region") or self.conn_region_name)
-        logs = session.client(
-            "logs",
-            endpoint_url=self.conn_config.get_service_endpoint_url("logs"),
-            config=self.config,
-            verify=self.verify,
-        )
+        logs = self.logs_client(job)
         lines: list[str] = []
         for stream in self.attempt_streams(job):
             read: list[str] = []
             token: str | None = None
             while True:  # oldest first; the same token back means the end of the stream
-                page = logs.get_log_events(
-                    logGroupName=group,
-                    logStreamName=stream,
-                    startFromHead=True,
-                    **({"nextToken": token} if token else {}),
-                )
+                ask = {"logGroupName": group, "logStreamName": stream, "startFromHead": True}
+                if token:
+                    ask["nextToken"] = token
+                page = retry_transient(f"GetLogEvents {stream}", partial(logs.get_log_events, **ask), self.log)
                 read = (read + [line for e in page["events"] for line in str(e["message"]).splitlines()])[-limit:]
                 if not page["events"] or page.get("nextForwardToken") in (None, token):
                     break
@@ -284,7 +370,6 @@ class GPUBatchHook(BatchClientHook):
         A job without awslogs or without a stream has neither. ``unread`` says why the log could not
         be read, when it could not.
         """
-        from airflow.providers.amazon.aws.hooks.logs import AwsLogsHook
         from botocore.exceptions import ClientError
 
         if not (result or profile):
@@ -294,15 +379,16 @@ class GPUBatchHook(BatchClientHook):
             return WorkloadOutput(unread="the job does not log to CloudWatch Logs (its logDriver is not awslogs)")
         if not streams:
             return WorkloadOutput(unread="its attempt has no log stream")
-        options = ((job.get("container") or {}).get("logConfiguration") or {}).get("options") or {}
-        logs = AwsLogsHook(
-            aws_conn_id=self.aws_conn_id, region_name=options.get("awslogs-region") or self.conn_region_name
-        )
+        logs = self.logs_client(job)
         deadline = time.monotonic() + wait
         while True:
             where = f"{group}/{streams[-1]}"
             try:
-                events = logs.conn.get_log_events(logGroupName=group, logStreamName=streams[-1], startFromHead=False)
+                events = retry_transient(
+                    f"GetLogEvents {where}",
+                    lambda: logs.get_log_events(logGroupName=group, logStreamName=streams[-1], startFromHead=False),
+                    self.log,
+                )
                 # One event may hold several lines (awslogs-multiline-pattern, awslogs-datetime-format).
                 output = read_output(line for e in events["events"] for line in str(e["message"]).splitlines())
             except ClientError as error:  # not there yet; denied or throttled: the output is lost, not the job

@@ -31,7 +31,7 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
         "GPUBatchOperator needs the amazon provider: pip install 'airflow-provider-gpu[amazon]'"
     ) from error
 
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 
 from airflow_gpu.accelerators.batch import BatchPlacement, to_batch
 from airflow_gpu.accelerators.batch_queues import QueueOffer, check_queues
@@ -183,10 +183,10 @@ class GPUBatchOperator(BatchSubmission, BatchDeferral, BatchOperator):
 
     def execute(self, context: Context) -> Any:
         self._context = context  # for on_kill
-        if self._earlier_job(context) is None:
-            self._check_queue_offers()
-            self.submit_job(context)
         try:
+            if self._earlier_job(context) is None:
+                self._check_queue_offers()
+                self.submit_job(context)
             while True:
                 if self.deferrable:
                     self._defer(context)
@@ -194,8 +194,29 @@ class GPUBatchOperator(BatchSubmission, BatchDeferral, BatchOperator):
                 if result is not RESUBMIT:
                     return result
                 self.submit_job(context)
+        except (AirflowFailException, TaskDeferred):  # the job ended (or waits in the triggerer)
+            raise
+        except Exception as error:
+            self._stop_unless_taken_over(context, error)
+            raise
         finally:
             self.logs.close(settle=False)
+
+    def _stop_unless_taken_over(self, context: Context, error: BaseException) -> None:
+        """An error leaves ``execute`` (an outage longer than the retries, say) with the job maybe running:
+        the next try takes it over (the saved state), but with no next try it would run on, billed and
+        never read, so it is terminated. A try whose number is past ``max_tries`` is the task's last."""
+        ti = context["ti"]
+        if not self.job_id or self._killing:
+            return
+        if int(ti.try_number) <= int(getattr(ti, "max_tries", 0) or 0):
+            self.log.warning("Job %s is left to the next try, which takes it over (%s)", self.job_id, error)
+            return
+        self.log.warning("This try is the task's last: terminating job %s (%s)", self.job_id, error)
+        try:
+            self.on_kill(f"{spot_batch.KILLED[0]} (the task's last try failed: {type(error).__name__})")
+        except Exception:
+            self.log.exception("Could not terminate job %s", self.job_id)
 
     def _wait(self, context: Context) -> dict[str, Any]:
         """Poll until the job ends; past ``capacity_timeout`` in RUNNABLE, cancel it (and keep following
@@ -310,7 +331,7 @@ class GPUBatchOperator(BatchSubmission, BatchDeferral, BatchOperator):
         reason keeps later tries from taking it over even if closing the saved state fails."""
         self._killing = True
         if self.job_id:
-            self.gpu_hook.api.terminate_job(jobId=self.job_id, reason=reason)
+            self.gpu_hook.terminate(str(self.job_id), reason)  # through throttles and 5xx: it must stop
             self.log.info("Terminated AWS Batch job %s: %s", self.job_id, reason)
         if self._context is not None:
             save_run(self._context, STATE_KEY, self.spot_run, open_=False)

@@ -113,7 +113,7 @@ class BatchDeferral:
         identity = batch_job.identity_tags(context["ti"])
         for job in resubmission.live_jobs(op.gpu_hook, queues, first_job_name(op, context), identity):
             if job["jobId"] != op.job_id:
-                op.gpu_hook.api.terminate_job(jobId=job["jobId"], reason=reason)
+                op.gpu_hook.terminate(str(job["jobId"]), reason)
                 op.log.info("Terminated AWS Batch job %s, which the trigger submitted", job["jobId"])
         op.on_kill(reason)  # the job, then the state closed
 

@@ -84,8 +84,9 @@ class BatchSubmission:
             op.job_id = adopted
         else:
             op.log.info("Submitting %s on %s to queue %s", args["jobName"], op.accelerator, args["jobQueue"])
-            try:
-                op.job_id = op.gpu_hook.api.submit_job(**args)["jobId"]
+            identity = _identity(args)
+            try:  # a lost answer is looked up by name and tags before the job is sent again
+                op.job_id, _ = op.gpu_hook.submit_job_once(args, lambda jobs: oldest_of_try(jobs, identity))
             except Exception as error:
                 raise AirflowException(f"AWS Batch refused the job: {error}") from error
         op.spot_run.submitted(str(op.job_id))
@@ -100,8 +101,7 @@ class BatchSubmission:
         op = _operator(self)
         if op.spot_run.submissions == 0:
             return None
-        identity = {k: v for k, v in args["tags"].items() if k.startswith("airflow-gpu/")}
-        kept = oldest_of_try(op.gpu_hook.jobs_named(args["jobQueue"], args["jobName"]), identity)
+        kept = oldest_of_try(op.gpu_hook.jobs_named(args["jobQueue"], args["jobName"]), _identity(args))
         return str(kept["jobId"]) if kept else None
 
     def submission_arguments(self, context: Context, placement: Placement) -> dict[str, Any]:
@@ -220,6 +220,11 @@ class BatchSubmission:
             op.log.warning(warning)
         if refusal:
             raise AirflowFailException(refusal)
+
+
+def _identity(args: Mapping[str, Any]) -> dict[str, str]:
+    """The task try's identity tags among SubmitJob's tags: a job found by its name must carry them."""
+    return {k: v for k, v in (args.get("tags") or {}).items() if k.startswith("airflow-gpu/")}
 
 
 def _operator(mixin: BatchSubmission) -> GPUBatchOperator:

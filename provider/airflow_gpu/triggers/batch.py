@@ -290,7 +290,8 @@ class GPUBatchJobTrigger(BaseTrigger):
         kept = resubmission.keep(hook.jobs_named(args["jobQueue"], args["jobName"]))
         if kept is not None:
             return str(kept["jobId"]), True
-        return str(hook.api.submit_job(**args)["jobId"]), False
+        job_id, adopted = hook.submit_job_once(args, resubmission.keep)  # a lost answer: looked up, not resent
+        return str(job_id), bool(adopted)
 
     def _converge(self, hook: Any) -> None:
         """A trigger racing this one (apache/airflow#37180) may have submitted the same job: both keep
@@ -305,7 +306,7 @@ class GPUBatchJobTrigger(BaseTrigger):
         for job in jobs:
             if job["jobId"] != kept["jobId"] and resubmission.same_task_try(job) and job["status"] not in FINAL:
                 self.log.warning("Cancelling job %s: %s is this task try's", job["jobId"], kept["jobId"])
-                hook.api.terminate_job(jobId=job["jobId"], reason=DUPLICATE_REASON)
+                hook.terminate(str(job["jobId"]), DUPLICATE_REASON)
         if kept["jobId"] != self.job_id:
             self.log.warning("Following job %s, submitted first, instead of %s", kept["jobId"], self.job_id)
             self.job_id = str(kept["jobId"])
@@ -321,7 +322,7 @@ class GPUBatchJobTrigger(BaseTrigger):
         reason = capacity_cancel_reason(job, float(self.capacity_timeout or 0))
         job_id, hook = str(job["jobId"]), await self._hook()
         self.log.warning("Cancelling job %s: %s", job_id, reason)
-        await asyncio.to_thread(lambda: hook.api.cancel_job(jobId=job_id, reason=reason))
+        await asyncio.to_thread(hook.cancel, job_id, reason)
         deadline = time.monotonic() + batch_hook.CANCEL_TIMEOUT
         current = job
         while True:
@@ -372,12 +373,12 @@ class GPUBatchJobTrigger(BaseTrigger):
         """TerminateJob on ``job_ids`` and, carrying a spot run, on every job of this try not yet ended
         (a replacement submitted while the kill came in): in a thread, the client built there too."""
         for job_id in job_ids:
-            hook.api.terminate_job(jobId=job_id, reason=KILLED[0])
+            hook.terminate(job_id, KILLED[0])
             self.log.info("Terminated AWS Batch job %s", job_id)
         if self.gpu_spot is None:
             return
         spot = self.gpu_spot
         for job in live_jobs(hook, carried_queues(spot), spot["first_name"], spot["identity"]):
             if job["jobId"] not in job_ids:
-                hook.api.terminate_job(jobId=job["jobId"], reason=KILLED[0])
+                hook.terminate(str(job["jobId"]), KILLED[0])
                 self.log.info("Terminated AWS Batch job %s of this task try", job["jobId"])

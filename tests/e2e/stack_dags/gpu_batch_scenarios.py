@@ -91,6 +91,10 @@ both_modes(
     "gpu_batch_app_failure", accelerator="A10G", command=["sh", "-c", "echo boom; exit 7"],
     job_queue="gpu-on-demand", retries=2,
 )  # fmt: skip
+both_modes(  # the test arms throttles, 5xx and dropped connections on every call the task makes
+    "gpu_batch_transient", accelerator="A10G", job_queue="gpu-on-demand", retries=2,
+    command=["sh", "-c", "echo working; echo '::airflow-gpu-result::{\"ok\": true}'"],
+)  # fmt: skip
 scenario("gpu_batch_no_queue", accelerator="B200:8", command=["true"], job_queues=QUEUES, retries=2)
 # The test registers team-trainer with its own retryStrategy.
 scenario("gpu_batch_own_definition", accelerator="L4:2", job_definition="team-trainer", job_queue="gpu-on-demand")

@@ -97,7 +97,7 @@ class BatchEmulator:
 
         import airflow_gpu.testing.batch.patches as patches
         from airflow_gpu.testing.batch.driver import BatchDriver
-        from airflow_gpu.testing.batch.throttle import Throttle
+        from airflow_gpu.testing.batch.throttle import Faults
 
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
         with _lock:
@@ -116,7 +116,7 @@ class BatchEmulator:
         self._server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
         self._server.start()
         wsgi = self._server._server  # werkzeug's server takes ``.app`` anew for each request
-        self._throttle = Throttle(wsgi.app)
+        self._throttle = Faults(wsgi.app)
         wsgi.app = RegistryApp(self.images, self._throttle)
         self.host, self.port = self._server.get_host_and_port()
         calls = [("/moto-api/config", {"batch": {"use_docker": False}})]
@@ -292,9 +292,23 @@ class BatchEmulator:
         self.faults.append({"fault": "image", "reference": reference, "entrypoint": list(image.entrypoint)})
 
     def throttle(self, operation: str = "DescribeJobs", times: int = 1) -> None:
-        """The next ``times`` calls of the Batch ``operation`` answer HTTP 429 ``TooManyRequestsException``."""
+        """The next ``times`` calls of ``operation`` are throttled: Batch answers HTTP 429
+        ``TooManyRequestsException``, CloudWatch Logs (``GetLogEvents``...) 400 ``ThrottlingException``."""
         self._throttle.arm(operation, times)
         self.faults.append({"fault": "throttle", "operation": operation, "times": times})
+
+    def fail(
+        self, operation: str, kind: str = "server", times: int = 1, rate: float = 1.0, seed: int | None = 0
+    ) -> Any:
+        """The next ``times`` calls of the Batch or CloudWatch Logs ``operation`` fail transiently
+        (``throttle.py``): ``throttle``, ``server`` (500 ``ServerException``), ``unavailable`` (503),
+        ``reset`` (the connection drops before the service sees the call) or ``lost`` (it drops after
+        the service acted: a SubmitJob's job exists, its answer never came). With ``rate`` < 1 each
+        call fails with that probability (``seed``: repeatable) until ``times`` failed. The returned
+        record's ``hits`` counts the calls failed so far."""
+        armed = self._throttle.arm(operation, times, kind, rate, seed)
+        self.faults.append({"fault": kind, "operation": operation, "times": times, "rate": rate, "seed": seed})
+        return armed
 
     def jobs(self) -> list[Any]:
         """The submitted jobs: no array children (``<id>:<i>``), no multi-node parallel nodes (``<id>#<n>``)."""

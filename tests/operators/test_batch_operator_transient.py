@@ -1,0 +1,137 @@
+"""Transient AWS errors (issue 25, behaviour 3, AWS Batch): a throttle, a 5xx or a dropped connection on
+any Batch or CloudWatch Logs call neither fails a ``GPUBatchOperator`` task nor loses or doubles its job.
+
+The faults are the emulator's (``testing/batch/throttle.py``), answered as AWS answers them: 429
+``TooManyRequestsException`` and 500 ``ServerException`` from Batch, 503 from a front end,
+``ThrottlingException`` from CloudWatch Logs, and connections that drop before or after the
+service acted (a SubmitJob whose job exists but whose answer never came). botocore's backoff and
+ours are shortened (``fast_backoff``); how many attempts each gets is left as configured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from typing import Any
+
+import pytest
+
+from airflow_gpu.spot.batch import KILLED
+from airflow_gpu.testing.batch.emulator import BatchEmulator
+from airflow_gpu.testing.polling import wait_for
+from tests.operators import test_batch_operator_deferred as deferred_tests
+from tests.operators.task_context import Store, Ti
+from tests.operators.test_batch_operator_runs import described, operator
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def fast_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """botocore's standard-mode pauses (up to 20 s each) and ours, a hundredth of a second here: the number
+    of attempts, what these tests are about, stays as configured."""
+    from botocore.retries.standard import ExponentialBackoff
+
+    from airflow_gpu.utils import batch_retries
+
+    monkeypatch.setattr(ExponentialBackoff, "delay_amount", lambda self, context: 0.01)
+    monkeypatch.setattr(batch_retries, "sleep", lambda seconds: time.sleep(0.01))
+
+
+def test_a_submit_whose_answer_was_lost_is_followed_not_submitted_again(aws_default_connection: BatchEmulator) -> None:
+    """Batch created the job, then the connection dropped before its answer arrived. SubmitJob has no
+    idempotency token: sent again (as botocore's own retry does), it makes a second job of the try."""
+    emulator = aws_default_connection
+    lost = emulator.fail("SubmitJob", "lost")
+    assert operator().execute({"ti": Ti(), "task_state_store": Store()}) == {"loss": 0.25}
+    assert lost.hits == 1
+    (job,) = described(emulator)
+    assert job["status"] == "SUCCEEDED" and job["jobName"] == "train"
+
+
+def test_a_burst_of_throttles_server_errors_and_resets_on_every_call_is_ridden_out(
+    aws_default_connection: BatchEmulator,
+) -> None:
+    """Each call the task makes meets more failures in a row than botocore's default retries absorb (5
+    attempts): the task still succeeds with one job and reads its result from CloudWatch Logs."""
+    emulator = aws_default_connection
+    faults = [
+        emulator.fail("DescribeJobQueues", "throttle", times=6),
+        emulator.fail("RegisterJobDefinition", "server", times=6),
+        emulator.fail("SubmitJob", "throttle", times=6),
+        emulator.fail("SubmitJob", "server", times=2),  # may have been acted on: looked up before resending
+        emulator.fail("DescribeJobs", "unavailable", times=8),
+        emulator.fail("DescribeJobs", "reset", times=4),
+        emulator.fail("GetLogEvents", "throttle", times=12),
+    ]
+    assert operator().execute({"ti": Ti(), "task_state_store": Store()}) == {"loss": 0.25}
+    assert [f.hits for f in faults] == [6, 6, 6, 2, 8, 4, 12]
+    (job,) = described(emulator)
+    assert job["status"] == "SUCCEEDED"
+
+
+def test_mark_failed_stops_the_job_through_a_burst_of_server_errors(aws_default_connection: BatchEmulator) -> None:
+    """``on_kill`` must stop the job whatever TerminateJob answers first: left running, it is billed."""
+    emulator, context = aws_default_connection, {"ti": Ti(), "task_state_store": Store()}
+    op = operator(command=[sys.executable, "-c", "import time; time.sleep(60)"])
+    op.submit_job(context)  # type: ignore[arg-type]
+    wait_for(lambda: described(emulator)[0]["status"] == "RUNNING", timeout=60, what="the job to run")
+    failed = emulator.fail("TerminateJob", "server", times=7)
+    op.on_kill()
+    assert failed.hits == 7
+    job = wait_for(lambda: (j := described(emulator)[0])["status"] == "FAILED" and j, 60, "the job to stop")
+    assert job["statusReason"] == KILLED[0]
+
+
+def test_a_deferred_task_rides_out_describe_errors_and_a_lost_resubmission(
+    aws_default_connection: BatchEmulator,
+) -> None:
+    """In the triggerer: DescribeJobs fails in a long burst (more rounds than the trigger's ``max_errors``
+    would forgive at botocore's default), then the trigger's SubmitJob of the on-demand replacement
+    loses its answer. The task ends with one replacement, not two, and its result."""
+    emulator, context = aws_default_connection, {"ti": Ti(), "task_state_store": Store()}
+    deferred = deferred_tests.defer(context)
+    lost = emulator.fail("SubmitJob", "lost")  # the next SubmitJob is the trigger's
+    reclaimer = deferred_tests.reclaim_when_running(emulator, "train", after_line="checkpoint 1")
+
+    async def run_trigger() -> dict[str, Any]:
+        trigger = asyncio.create_task(deferred_tests.first_event(deferred_tests.trigger_of(deferred)))
+        await asyncio.to_thread(reclaimer.join, 60)  # the reclaimer reads jobs too: the burst is the trigger's
+        described_badly.append(emulator.fail("DescribeJobs", "server", times=30))
+        return await trigger
+
+    described_badly: list[Any] = []
+    event = asyncio.run(run_trigger())
+    assert event["status"] == "done" and event["job_status"] == "SUCCEEDED"
+    assert described_badly[0].hits == 30 and lost.hits == 1
+    assert deferred_tests.resume(deferred, event, context) == {"loss": 0.25}
+    jobs: list[dict[str, Any]] = described(emulator)
+    assert [(j["jobName"], j["status"]) for j in jobs] == [("train", "FAILED"), ("train-r1", "SUCCEEDED")]
+
+
+@pytest.mark.parametrize(("max_tries", "stopped"), [(0, True), (1, False)])
+def test_an_outage_past_every_retry_stops_the_job_unless_a_next_try_takes_it_over(
+    aws_default_connection: BatchEmulator, max_tries: int, stopped: bool
+) -> None:
+    """DescribeJobs fails for longer than botocore's attempts and our rounds: the error leaves ``execute``.
+    On the task's last try the job is terminated (nobody would read it); with a try to come it runs on,
+    saved, for that try to take over."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    emulator, store = aws_default_connection, Store()
+    op = operator(command=[sys.executable, "-c", "import time; time.sleep(60)"])
+    context = {"ti": Ti(max_tries=max_tries), "task_state_store": store}
+    op.submit_job(context)  # type: ignore[arg-type]
+    job = emulator._job(str(op.job_id))
+    wait_for(lambda: job.status == "RUNNING", timeout=60, what="the job to run")
+    emulator.fail("DescribeJobs", "server", times=10_000)
+    with pytest.raises(Exception, match="ServerException") as raised:
+        op.execute(context)  # type: ignore[arg-type]
+    assert not isinstance(raised.value, AirflowFailException)
+    if stopped:
+        wait_for(lambda: job.status == "FAILED", timeout=60, what="the job to stop")
+        assert job.job_stopped_reason.startswith(KILLED[0]) and store["airflow_gpu_batch_job"]["open"] is False
+    else:
+        assert job.status == "RUNNING" and store["airflow_gpu_batch_job"]["open"] is True
+        emulator.client("batch").terminate_job(jobId=job.job_id, reason="test over")
