@@ -104,9 +104,9 @@ def test_a_sampling_interval_that_cannot_work_is_refused_at_parse_time(interval:
 
 def test_the_profiled_job_definition_fits_the_24_kib_batch_allows() -> None:
     """RegisterJobDefinition refuses more than 24 KiB (AWS Batch service quotas): the profiler's code
-    in the environment must leave room for the rest of the definition."""
+    in the environment must leave room for the rest of the definition (a long image name, tags)."""
     op = GPUBatchOperator(task_id="t", accelerator="H100:8", job_queue="q", command=["python", "train.py"])
     definition = batch_job.job_definition(
         op.images[0], op.placements[0], {"attempts": 10}, "H100:8", environment=bundle.environment()
     )
-    assert len(json.dumps({"jobDefinitionName": "x" * 128, **definition})) < 20 * 1024
+    assert len(json.dumps({"jobDefinitionName": "x" * 128, **definition})) < 22 * 1024  # 2 KiB to spare

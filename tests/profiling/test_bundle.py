@@ -42,7 +42,7 @@ def test_the_wrapped_command_is_sh_running_the_bootstrap_well_under_30_kib() -> 
 
 
 def test_the_payload_holds_every_shipped_module_stripped_line_for_line() -> None:
-    sources = json.loads(zlib.decompress(base64.b64decode(payload())))
+    sources = json.loads(zlib.decompress(base64.b85decode(payload())))
     assert sorted(sources) == sorted(f"airflow_gpu.profiling.{name}" for name in SHIPPED)
     for name in SHIPPED:
         original = (HERE / f"{name}.py").read_text()
