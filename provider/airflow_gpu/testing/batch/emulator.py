@@ -33,12 +33,14 @@ from airflow_gpu.testing.images import Image, ImageSet, RegistryApp
 
 ACCOUNT = "123456789012"
 #: moto keeps one backend per (account, region) for the whole process: each live emulator in a
-#: process takes a region of its own, and only the last one to stop resets moto. Eighteen: the
-#: end-to-end tests run each scenario against an emulator of its own, all at once.
+#: process takes a region of its own, and only the last one to stop resets moto. Twenty-eight (of
+#: the regions Batch has): the end-to-end tests run each scenario against an emulator of its own,
+#: all at once, and a nineteenth Batch scenario found the old eighteen all taken.
 REGIONS = (
     "us-east-1", "us-west-2", "us-east-2", "eu-west-1", "eu-central-1", "ap-northeast-1", "ap-southeast-2",
     "us-west-1", "ca-central-1", "eu-west-2", "eu-west-3", "eu-north-1", "ap-south-1", "ap-northeast-2",
-    "ap-southeast-1", "sa-east-1", "ap-northeast-3", "eu-south-1",
+    "ap-southeast-1", "sa-east-1", "ap-northeast-3", "eu-south-1", "ap-east-1", "me-south-1", "af-south-1",
+    "eu-south-2", "ap-southeast-3", "eu-central-2", "ap-south-2", "me-central-1", "il-central-1", "ca-west-1",
 )  # fmt: skip
 _live_regions: set[str] = set()
 _lock = threading.Lock()
