@@ -46,14 +46,17 @@ from airflow_gpu.images.selection import resolve_image
 from airflow_gpu.links.profile import GPUProfileLink
 from airflow_gpu.operators.gpu_profile import check_interval, profiled_by_default, publish_profile
 from airflow_gpu.operators.kubernetes_pod import STATE_ANNOTATION, dress, placement
-from airflow_gpu.operators.kubernetes_reads import ClusterReads
+from airflow_gpu.operators.kubernetes_reads import ClusterReads, RetryingPodManager
 from airflow_gpu.operators.kubernetes_resume import PodDeferral
+from airflow_gpu.operators.retry_handover import live
 from airflow_gpu.operators.spot_task import bad_result, fail, publish
 from airflow_gpu.spot.classifier import Classification, Outcome, classify_deleted_pod, classify_pod
 from airflow_gpu.spot.policy import Capacity, SpotPolicy
 from airflow_gpu.spot.run import SpotRun
 from airflow_gpu.triggers.interruption_log import log_interruptions
 from airflow_gpu.triggers.kubernetes import LAST_SEEN_KEY, NEXT_KEY, STATE_KEY
+from airflow_gpu.triggers.pod_replacement import same_task_try
+from airflow_gpu.utils.api_retry import call
 from airflow_gpu.utils.kubernetes import to_dict
 from airflow_gpu.utils.pod_identity import identity_mismatch
 from airflow_gpu.utils.results import ResultError, WorkloadOutput, missing_result
@@ -148,6 +151,18 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
         """What the cluster says of an ended pod and its node, through KPO's client."""
         return ClusterReads(self.client)
 
+    @cached_property
+    def pod_manager(self) -> RetryingPodManager:
+        """KPO's, with its calls asked again for minutes on 429, 5xx and resets (``kubernetes_reads``)."""
+        return RetryingPodManager(kube_client=self.client, callbacks=self.callbacks)
+
+    def find_pod(self, namespace: str, context: Context, *, exclude_checked: bool = True) -> k8s.V1Pod | None:
+        """KPO's label search, asked again as every call of the task is (``utils.api_retry``)."""
+        search = getattr(KubernetesPodOperator.find_pod, "__wrapped__", KubernetesPodOperator.find_pod)
+        found: k8s.V1Pod | None = call(lambda: search(self, namespace, context, exclude_checked=exclude_checked),
+                                       f"listing the pods of task {self.task_id}", log=self.log)  # fmt: skip
+        return found
+
     # --- the pod: KPO's, plus the run's placement -----------------------------------------
 
     def build_pod_request_obj(self, context: Context | None = None, *, dry_run: bool = False) -> k8s.V1Pod:
@@ -201,6 +216,10 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
         except ApiException as error:
             if error.status != 409:
                 raise
+            if (ours := self._lost_create(pod_request_obj, context)) is not None:
+                pod = ours
+                self.spot_run.submitted(pod.metadata.name)
+                return pod
             taken = pod_request_obj.metadata.name
             pod_request_obj.metadata.name = add_unique_suffix(name=taken)
             self.log.warning("Pod name %s is another task's; creating %s", taken, pod_request_obj.metadata.name)
@@ -211,6 +230,27 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
         self.spot_run.submitted(pod.metadata.name)
         return pod
 
+    def _lost_create(self, wanted: k8s.V1Pod, context: Context) -> k8s.V1Pod | None:
+        """The pod of the wanted name when this task try made it: a create served whose response was lost (a
+        reset after the API server wrote), which the retry then met as 409. None: another's, or gone."""
+        namespace, name = wanted.metadata.namespace, wanted.metadata.name
+        try:
+            found = call(lambda: self.client.read_namespaced_pod(name, namespace), f"reading pod {name}", log=self.log)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        want = to_dict(wanted)
+        want["metadata"]["labels"] = {**(want["metadata"].get("labels") or {}),
+                                      **self._get_ti_pod_labels(context)}  # fmt: skip
+        if same_task_try(to_dict(found), want) is not None or found.metadata.deletion_timestamp is not None:
+            return None
+        self.log.warning("Pod %s/%s exists and is this try's: its create was served but the answer lost; following it",
+                         namespace, name)  # fmt: skip
+        if self.reattach_on_restart:
+            self._persist_pod_identity_to_task_state_store(context, found)
+        return wanted  # KPO follows the pod it asked for, as after its own create
+
     def cleanup(
         self,
         pod: k8s.V1Pod,
@@ -218,9 +258,21 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
         xcom_result: dict[Any, Any] | None = None,
         context: Context | None = None,
     ) -> None:
-        """Classify the pod and read its result, then always let KPO clean up (no pod left behind)."""
+        """Classify the pod and read its result, then always let KPO clean up (no pod left behind).
+
+        KPO cleans up only a pod it read back (``remote_pod``); one whose create succeeded but whose first read
+        failed (the API server throttled or down past the retry budget) would run on, billed, for nobody: it
+        is read here and, while it runs, deleted (unless ``on_finish_action="keep_pod"``)."""
         self._outcome = self._logged_result = self._result_error = self._output = None
         self._unread = UNREAD
+        if not self._killed and self.pod is not None and remote_pod is None:
+            with contextlib.suppress(ApiException):
+                remote_pod = self.pod_manager.read_pod(self.pod)
+            if remote_pod is not None and live(remote_pod) and self.on_finish_action != "keep_pod":
+                self.log.warning("Deleting pod %s: the task fails before the pod ends", self.pod.metadata.name)
+                with contextlib.suppress(ApiException):
+                    self.pod_manager.delete_pod(remote_pod)
+                return
         try:  # only a pod that was created: a refused create (quota, webhook) stays KPO's error
             if not self._killed and self.pod is not None:
                 self._classify(remote_pod or self.pod)

@@ -6,6 +6,12 @@ reclaim, or a person's delete), whether its node is there to stay (a throttled o
 asked again, since "cannot tell" counts as a reclaim), the base container's log (result line and
 GPU profile), the node's instance and capacity type (for the cost), the cluster's GPUs (for the
 message of a pod that never got any), and the delete of a pod left pending.
+
+Every read is asked again while the API server throttles (429, honouring ``Retry-After``), fails
+(5xx) or drops the connection, for minutes (``utils.api_retry``): a pod read that failed would end
+the task, a log read that failed would lose its result. ``RetryingPodManager`` does the same for
+KPO's own calls, which cncf-kubernetes gives up after 5 tries (about 15 s), and creates a pod
+without re-sending on ``409``: the operator adopts a pod its lost create made.
 """
 
 from __future__ import annotations
@@ -15,18 +21,53 @@ import logging
 import time
 from typing import Any
 
+from airflow.providers.cncf.kubernetes.utils.pod_manager import PodManager
 from kubernetes.client import models as k8s
 from kubernetes.client.exceptions import ApiException
 
 from airflow_gpu.hooks.kubernetes import cluster_gpu_capacity, node_capacity_type
 from airflow_gpu.spot.classifier import node_stays
 from airflow_gpu.spot.node_access import say_nodes_unreadable
+from airflow_gpu.utils.api_retry import call
 from airflow_gpu.utils.kubernetes import to_dict
 from airflow_gpu.utils.results import WorkloadOutput, read_output
 
 LOG = logging.getLogger(__name__)
-#: Statuses worth asking again: throttled (API Priority and Fairness) or a server that failed.
-TRANSIENT = (429, 500, 502, 503, 504)
+
+
+class RetryingPodManager(PodManager):
+    """KPO's pod manager with its API calls asked again as ``api_retry`` does (a budget of minutes, not 5 tries),
+    and a create that is sent once per transient failure, never again on 409 (the operator reads that)."""
+
+    def create_pod(self, pod: k8s.V1Pod) -> k8s.V1Pod:
+        created: k8s.V1Pod = call(lambda: self.run_pod_async(pod), f"creating pod {_name(pod)}", log=self.log)
+        return created
+
+    def delete_pod(self, pod: k8s.V1Pod) -> None:
+        call(lambda: _unwrapped(PodManager.delete_pod)(self, pod), f"deleting pod {_name(pod)}", log=self.log)
+
+    def read_pod(self, pod: k8s.V1Pod) -> k8s.V1Pod:
+        read: k8s.V1Pod = call(lambda: _unwrapped(PodManager.read_pod)(self, pod), f"reading pod {_name(pod)}",
+                               log=self.log)  # fmt: skip
+        return read
+
+    def read_pod_logs(self, pod: k8s.V1Pod, container_name: str, *args: Any, **kwargs: Any) -> Any:
+        what = f"reading the log of pod {_name(pod)}"
+        return call(lambda: _unwrapped(PodManager.read_pod_logs)(self, pod, container_name, *args, **kwargs), what,
+                    log=self.log)  # fmt: skip
+
+    def read_pod_events(self, pod: k8s.V1Pod, resource_version: str | None = None) -> Any:
+        what = f"reading the events of pod {_name(pod)}"
+        return call(lambda: _unwrapped(PodManager.read_pod_events)(self, pod, resource_version), what, log=self.log)
+
+
+def _unwrapped(method: Any) -> Any:
+    """The method without cncf-kubernetes' ``generic_api_retry`` (tenacity keeps it as ``__wrapped__``)."""
+    return getattr(method, "__wrapped__", method)
+
+
+def _name(pod: k8s.V1Pod) -> str:
+    return f"{pod.metadata.namespace}/{pod.metadata.name}"
 
 
 class ClusterReads:
@@ -39,25 +80,21 @@ class ClusterReads:
     def node_stays(self, node: str | None) -> bool | None:  # a drain or reclaim on its way: going
         if not node:
             return None
-        for attempt in range(3):  # "cannot tell" counts as a reclaim: a throttled or failed read must not
-            try:
-                found = to_dict(self.client.read_node(node))
-            except ApiException as error:
-                if error.status == 404:
-                    return False
-                if error.status in TRANSIENT and attempt < 2:
-                    time.sleep(0.5 * (attempt + 1))  # backoff before asking the API server again
-                    continue
-                if error.status in (401, 403):
-                    say_nodes_unreadable(LOG, node, error.status)
-                return None  # 403 (no `get nodes`): we cannot tell
-            return node_stays(found)
-        return None
+        try:  # "cannot tell" counts as a reclaim: a throttled or failed read must not
+            found = to_dict(call(lambda: self.client.read_node(node), f"reading node {node}", log=LOG))
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            if error.status in (401, 403):
+                say_nodes_unreadable(LOG, node, error.status)
+            return None  # 403 (no `get nodes`), or an API server down past the retry budget: we cannot tell
+        return node_stays(found)
 
     def pod(self, pod: k8s.V1Pod) -> dict[str, Any] | None:
         """The pod as it is now, as an API dict; None once it is gone."""
         try:
-            fresh = self.client.read_namespaced_pod(pod.metadata.name, pod.metadata.namespace)
+            fresh = call(lambda: self.client.read_namespaced_pod(pod.metadata.name, pod.metadata.namespace),
+                         f"reading pod {_name(pod)}", log=LOG)  # fmt: skip
         except ApiException as error:
             if error.status == 404:
                 return None
@@ -68,8 +105,12 @@ class ClusterReads:
     def output(self, pod: k8s.V1Pod, container: str) -> tuple[WorkloadOutput | None, str | None]:
         """The result line and the GPU profile the container printed, or why its log could not be read."""
         try:
-            response = self.client.read_namespaced_pod_log(
-                pod.metadata.name, pod.metadata.namespace, container=container, _preload_content=False
+            response = call(
+                lambda: self.client.read_namespaced_pod_log(
+                    pod.metadata.name, pod.metadata.namespace, container=container, _preload_content=False
+                ),
+                f"reading the log of pod {_name(pod)}",
+                log=LOG,
             )
         except ApiException as error:  # the pod's outcome stands without its log
             return None, f"its log could not be read ({error.status} {error.reason})"
@@ -84,7 +125,8 @@ class ClusterReads:
             return None, None
         if node not in self._nodes:
             try:
-                labels = self.client.read_node(node).metadata.labels or {}
+                read = call(lambda: self.client.read_node(node), f"reading node {node}", log=LOG)
+                labels = read.metadata.labels or {}
             except ApiException:  # 403 without `get nodes`, 404 once reclaimed: the estimate does without
                 self._nodes[node] = (None, None)
             else:
@@ -95,7 +137,9 @@ class ClusterReads:
     def delete_and_wait(self, pod: k8s.V1Pod) -> None:
         """Delete the pod now and wait (a minute at most) until it is gone: a pending pod must not start later."""
         with contextlib.suppress(ApiException):
-            self.client.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
+            call(lambda: self.client.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
+                                                           grace_period_seconds=0),
+                 f"deleting pod {_name(pod)}", log=LOG)  # fmt: skip
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and self.pod(pod) is not None:
             time.sleep(0.5)

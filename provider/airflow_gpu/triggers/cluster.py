@@ -5,9 +5,10 @@ worker did. The calls are what a trigger that carries a spot run needs: create a
 training Job, Service) and adopt it on 409 when its labels name the same task try (never another
 task's, nor one being deleted: ``adoption``), give a training Job's Service the Job as owner,
 delete one, list a task try's objects, read a node's fate and a pod's log tail. Each is one
-request, retried as cncf-kubernetes retries its own (``generic_api_retry``: 429, 5xx and
-connection errors); none is made per poll. Only waiting out an object being deleted reads it
-again, once a second, for a bounded time.
+request, asked again while the API server throttles (429), fails (5xx) or drops the connection,
+for minutes, honouring ``Retry-After`` (``utils.api_retry``); a create whose response was lost
+meets its own object (409) and adopts it. None is made per poll. Only waiting out an object
+being deleted reads it again, once a second, for a bounded time.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from airflow_gpu.triggers import adoption
 from airflow_gpu.triggers.adoption import NotThisTaskTry as NotThisTaskTry  # raised here, caught by the triggers
 from airflow_gpu.triggers.adoption import StillBeingDeleted as StillBeingDeleted
+from airflow_gpu.utils.api_retry import acall
 from airflow_gpu.utils.training_job import owned_by, owner_reference
 
 #: Connection extras that name a kubeconfig, and their old prefix.
@@ -199,11 +201,9 @@ async def create_or_adopt(
 
 
 async def _created(connection: ClusterConnection, kind: str, namespace: str, manifest: dict[str, Any]) -> bool:
-    """One create; False when the name is taken (409)."""
-    from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import generic_api_retry
+    """One create; False when the name is taken (409: another's, or ours whose response was lost)."""
     from kubernetes_asyncio.client.exceptions import ApiException
 
-    @generic_api_retry  # type: ignore[untyped-decorator]
     async def call() -> bool:
         async with connection.client() as client:
             api, suffix = _api(client, kind)  # a dict body is sent as it is; no model needed
@@ -215,16 +215,13 @@ async def _created(connection: ClusterConnection, kind: str, namespace: str, man
                 return False
             return True
 
-    created: bool = await call()
-    return created
+    return await acall(call, f"creating {kind} {namespace}/{manifest['metadata']['name']}", log=LOG)
 
 
 async def read(connection: ClusterConnection, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
     """The object as an API dict; None once the API no longer has it."""
-    from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import generic_api_retry
     from kubernetes_asyncio.client.exceptions import ApiException
 
-    @generic_api_retry  # type: ignore[untyped-decorator]
     async def call() -> dict[str, Any] | None:
         async with connection.client() as client:
             api, suffix = _api(client, kind)
@@ -233,12 +230,13 @@ async def read(connection: ClusterConnection, kind: str, namespace: str, name: s
                 response.release()
                 return None
             if response.status >= 400:  # not raised without preloading; as an ApiException it is retried
-                raise ApiException(status=response.status, reason=(await response.read()).decode("utf-8", "replace"))
+                error = ApiException(status=response.status, reason=(await response.read()).decode("utf-8", "replace"))
+                error.headers = response.headers  # Retry-After
+                raise error
             found: dict[str, Any] = json.loads(await response.read())
             return found
 
-    found: dict[str, Any] | None = await call()
-    return found
+    return await acall(call, f"reading {kind} {namespace}/{name}", log=LOG)
 
 
 async def own_service(connection: ClusterConnection, namespace: str, service: dict[str, Any], log: Any = None) -> None:
@@ -248,7 +246,6 @@ async def own_service(connection: ClusterConnection, namespace: str, service: di
     A courtesy: the run deletes its Services itself, so a failed patch is a warning. A Service that is gone
     went with an earlier Job of its name that it was adopted with (being deleted): it is created again.
     """
-    from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import generic_api_retry
     from kubernetes_asyncio.client import CoreV1Api
     from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -264,14 +261,13 @@ async def own_service(connection: ClusterConnection, namespace: str, service: di
         return
     owner = owner_reference(job)
 
-    @generic_api_retry  # type: ignore[untyped-decorator]
     async def patch() -> None:
         async with connection.client() as client:  # a dict body: a strategic merge patch
             body = {"metadata": {"ownerReferences": [owner]}}
             await CoreV1Api(client).patch_namespaced_service(name, namespace, body)
 
     try:
-        await patch()
+        await acall(patch, f"giving Service {namespace}/{name} its Job as owner", log=log)
     except ApiException as error:
         if error.status != 404:
             log.warning("Service %s was not given its Job as owner (%s %s)", name, error.status, error.reason)
@@ -282,10 +278,8 @@ async def own_service(connection: ClusterConnection, namespace: str, service: di
 
 async def delete(connection: ClusterConnection, kind: str, namespace: str, name: str, **options: Any) -> None:
     """Delete the object (``options``: ``propagation_policy``, ``grace_period_seconds``); gone already is fine."""
-    from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import generic_api_retry
     from kubernetes_asyncio.client.exceptions import ApiException
 
-    @generic_api_retry  # type: ignore[untyped-decorator]
     async def call() -> None:
         async with connection.client() as client:
             api, suffix = _api(client, kind)
@@ -295,16 +289,13 @@ async def delete(connection: ClusterConnection, kind: str, namespace: str, name:
                 if error.status != 404:
                     raise
 
-    await call()
+    await acall(call, f"deleting {kind} {namespace}/{name}", log=LOG)
 
 
 async def list_objects(connection: ClusterConnection, kind: str, namespace: str, selector: str) -> list[dict[str, Any]]:
     """The objects of ``kind`` matching the label selector, as API dicts: one LIST."""
-    from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import generic_api_retry
-
     from airflow_gpu.triggers.kubernetes_api import checked
 
-    @generic_api_retry  # type: ignore[untyped-decorator]
     async def call() -> list[dict[str, Any]]:
         async with connection.client() as client:
             api, suffix = _api(client, kind)
@@ -313,47 +304,60 @@ async def list_objects(connection: ClusterConnection, kind: str, namespace: str,
             items: list[dict[str, Any]] = json.loads(await response.read()).get("items") or []
             return items
 
-    found: list[dict[str, Any]] = await call()
-    return found
+    return await acall(call, f"listing {kind} in {namespace} ({selector})", log=LOG)
 
 
 async def node_stays(connection: ClusterConnection, node: str | None) -> bool | None:
     """Whether the node is there to stay (``classifier.classify_deleted_pod``); None if it cannot be told
-    (no node, or no ``get nodes``)."""
+    (no node, no ``get nodes``, or an API server that stayed throttled or down past the retry budget).
+    A throttled, failed or reset read is asked again: "cannot tell" weighs as a reclaim."""
     from kubernetes_asyncio.client import CoreV1Api
     from kubernetes_asyncio.client.exceptions import ApiException
 
     from airflow_gpu.spot.classifier import node_stays as stays
     from airflow_gpu.spot.node_access import say_nodes_unreadable
+    from airflow_gpu.triggers.kubernetes_api import ApiStatusError, checked
+    from airflow_gpu.utils.api_retry import transient
 
     if not node:
         return None
-    try:
+
+    async def call() -> bool | None:
         async with connection.client() as client:
             response: Any = await CoreV1Api(client).read_node(node, _preload_content=False)
             if response.status == 404:
+                response.release()
                 return False
-            if response.status in (401, 403):
-                say_nodes_unreadable(LOG, node, response.status)
-            if response.status >= 400:
-                return None
+            response = await checked(response)  # 429 and 5xx raised, and asked again
             return stays(json.loads(await response.read()))
-    except ApiException as error:
+
+    try:
+        return await acall(call, f"reading node {node}", log=LOG)
+    except (ApiException, ApiStatusError) as error:
         if error.status in (401, 403):
             say_nodes_unreadable(LOG, node, error.status)
         return False if error.status == 404 else None
+    except Exception as error:
+        if not transient(error):
+            raise
+        LOG.warning("Node %s could not be read (%s: %s); its fate is not known", node, type(error).__name__, error)
+        return None
 
 
 async def pod_log_tail(connection: ClusterConnection, namespace: str, name: str, container: str, lines: int) -> str:
-    """The last ``lines`` lines of a container's log; raises when it cannot be read."""
+    """The last ``lines`` lines of a container's log, asked again while the API server throttles or fails;
+    raises when it cannot be read."""
     from kubernetes_asyncio.client import CoreV1Api
 
     from airflow_gpu.triggers.kubernetes_api import checked
 
-    async with connection.client() as client:
-        response: Any = await CoreV1Api(client).read_namespaced_pod_log(
-            name, namespace, container=container, tail_lines=lines, _preload_content=False
-        )
-        response = await checked(response)
-        text: str = (await response.read()).decode("utf-8", "replace")
-        return text
+    async def call() -> str:
+        async with connection.client() as client:
+            response: Any = await CoreV1Api(client).read_namespaced_pod_log(
+                name, namespace, container=container, tail_lines=lines, _preload_content=False
+            )
+            response = await checked(response)
+            text: str = (await response.read()).decode("utf-8", "replace")
+            return text
+
+    return await acall(call, f"reading the log of pod {namespace}/{name}", log=LOG)

@@ -89,8 +89,8 @@ class Backoff:
     """The waits of one call: ``Retry-After`` when the server says, else exponential with jitter, until the
     budget is spent (``next_wait`` is None then, or when the error is not transient)."""
 
-    def __init__(self, budget: float = BUDGET_SECONDS) -> None:
-        self.deadline = time.monotonic() + budget
+    def __init__(self, budget: float | None = None) -> None:
+        self.deadline = time.monotonic() + (BUDGET_SECONDS if budget is None else budget)
         self.attempt = 0
 
     def next_wait(self, error: BaseException) -> float | None:
@@ -111,7 +111,7 @@ def _say(log: logging.Logger | Any, what: str, error: BaseException, wait: float
     log.warning("%s failed (%s); asking again in %.1f s", what, why, wait)
 
 
-def call(fn: Callable[[], T], what: str, *, budget: float = BUDGET_SECONDS, log: Any = LOG) -> T:
+def call(fn: Callable[[], T], what: str, *, budget: float | None = None, log: Any = LOG) -> T:
     """``fn()``, asked again while it fails transiently and the budget lasts (the worker's sync client)."""
     backoff = Backoff(budget)
     while True:
@@ -125,7 +125,7 @@ def call(fn: Callable[[], T], what: str, *, budget: float = BUDGET_SECONDS, log:
             time.sleep(wait)
 
 
-async def acall(fn: Callable[[], Awaitable[T]], what: str, *, budget: float = BUDGET_SECONDS, log: Any = LOG) -> T:
+async def acall(fn: Callable[[], Awaitable[T]], what: str, *, budget: float | None = None, log: Any = LOG) -> T:
     """``await fn()``, asked again while it fails transiently and the budget lasts (the triggers' client)."""
     backoff = Backoff(budget)
     while True:
