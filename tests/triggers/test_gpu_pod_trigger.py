@@ -4,6 +4,7 @@ triggerer runs it: the official trigger's events, from one shared watch (no fake
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
@@ -343,6 +344,55 @@ def test_mark_failed_deletes_every_pod_of_the_try_the_trigger_may_have_made(
 
     asyncio.run(body())
     wait_for(lambda: pod_names(api) == {"marked-next-try"}, 30)
+
+
+def test_mark_failed_deletes_the_pod_though_the_runner_cancels_on_kill_again(
+    kubernetes_emulator: KubernetesEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Airflow 3.3's trigger runner cancels a removed trigger again at every turn of its loop until the
+    trigger's task ends (``cancel_triggers``), and ``run_trigger`` swallows a cancel that reaches
+    ``on_kill``. Driven as ``run_trigger`` drives it (``on_kill`` inside the task's ``except
+    CancelledError``, re-cancelled every 20 ms, with a state read that takes a second), the pod must
+    still go. Seen in the end-to-end run: "invoking on_kill", then "trigger completed", pod running.
+    The supervisor's channel is faked (tests/triggers/test_kill_guard.py)."""
+    from airflow.sdk.execution_time import task_runner
+
+    from tests.triggers.test_kill_guard import Comms, ti
+
+    class Slow(Comms):
+        async def asend(self, msg: Any) -> Any:
+            await asyncio.sleep(1)
+            return await super().asend(msg)
+
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", Slow({"r1": {"train": "failed"}}), raising=False)
+    api = core(kubernetes_emulator)
+    plan = spot_argument("rekilled", max_interruptions=3)
+    first_pod(api, plan, "rekilled", "sleep 600")
+    t = GPUPodTrigger(**{**trigger(kubernetes_emulator, "rekilled", termination_grace_period=0).serialize()[1],
+                         "gpu_spot": plan})  # fmt: skip
+    t.task_instance = ti()
+
+    async def run_trigger() -> None:  # airflow/jobs/triggerer_job_runner.py, run_trigger, 3.3
+        try:
+            await first_event(t)
+        except asyncio.CancelledError:
+            with contextlib.suppress(asyncio.CancelledError):  # as run_trigger does
+                await asyncio.wait_for(t.on_kill(), timeout=30)
+            raise
+
+    async def body() -> None:
+        task = asyncio.create_task(run_trigger())
+        await asyncio.sleep(1)
+        while not task.done():  # cancel_triggers, at every turn of the runner's loop
+            task.cancel("user action")
+            await asyncio.sleep(0.02)
+        for _ in range(300):  # the shielded kill goes on in the loop
+            if not await asyncio.to_thread(pod_names, api):
+                return
+            await asyncio.sleep(0.1)
+
+    asyncio.run(body())
+    assert pod_names(api) == set()
 
 
 def test_mark_failed_under_throttling_deletes_the_running_pod_within_the_triggerers_on_kill_budget(

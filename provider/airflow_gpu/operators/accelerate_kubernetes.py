@@ -290,7 +290,9 @@ class IndexedJobTraining:
                     if (pod.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed"):
                         self._follow_log(pod_name, pod)  # ended between two looks: its log is still there
             ended = job_end(job, pods, self.op._node_stays, name)
-            stuck = clock.check(pods.current(), time.monotonic()) if ended is None else None
+            stuck: tuple[Classification, dict[str, Any] | None] | None = (
+                clock.check(pods.current(), time.monotonic()) if ended is None else None
+            )
             if ended is None and stuck is None and (count := missing.check(job, pods.current(), time.monotonic())):
                 expected = int(((job or {}).get("spec") or {}).get("parallelism") or 0)
                 stuck = refused(name, count, expected, startup, self.jobs.failed_creates(name)), None

@@ -355,6 +355,13 @@ class GPUBatchJobTrigger(BaseTrigger):
         for, and its job terminated too. Building the client reads credentials: all of it runs in
         a thread, so the triggerer's event loop, shared by every deferred task, never blocks on it.
         """
+        # Shielded: the trigger runner cancels a removed trigger again at every turn of its loop until
+        # its task ends (``cancel_triggers``), and ``run_trigger`` swallows the cancel that reaches
+        # ``on_kill``: unshielded, a kill slower than one turn (a state read, a throttled delete) was
+        # cut short and the GPU workload ran on, billed.
+        await asyncio.shield(self._kill())
+
+    async def _kill(self) -> None:
         if await kill_guard.handed_over(self):  # moved to another triggerer, which follows the job
             return
         job_ids = [self.job_id]

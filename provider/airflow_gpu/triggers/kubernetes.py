@@ -104,6 +104,13 @@ class GPUPodTrigger(PodCarryOn, KubernetesPodTrigger):
         created): every pod of this task try that has not ended goes, found by its labels, and the one
         being created.
         """
+        # Shielded: the trigger runner cancels a removed trigger again at every turn of its loop until
+        # its task ends (``cancel_triggers``), and ``run_trigger`` swallows the cancel that reaches
+        # ``on_kill``: unshielded, a kill slower than one turn (a state read, a throttled delete) was
+        # cut short and the GPU workload ran on, billed.
+        await asyncio.shield(self._kill())
+
+    async def _kill(self) -> None:
         if self._handed_back or (self.gpu_spot is None and self._fired_event):
             return
         if await kill_guard.handed_over(self):

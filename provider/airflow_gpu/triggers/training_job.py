@@ -361,6 +361,13 @@ class GPUTrainingJobTrigger(BaseTrigger):
 
     async def on_kill(self) -> None:
         """Mark Failed on the deferred task (Airflow 3.3+): the training must not run on, billed."""
+        # Shielded: the trigger runner cancels a removed trigger again at every turn of its loop until
+        # its task ends (``cancel_triggers``), and ``run_trigger`` swallows the cancel that reaches
+        # ``on_kill``: unshielded, a kill slower than one turn (a state read, a throttled delete) was
+        # cut short and the GPU workload ran on, billed.
+        await asyncio.shield(self._kill())
+
+    async def _kill(self) -> None:
         if self._fired or await kill_guard.handed_over(self):  # moved to another triggerer: it follows the Job
             return
         names = {self.current}
