@@ -18,6 +18,7 @@ from airflow_gpu.hooks.batch import GPUBatchHook
 from airflow_gpu.testing.batch.emulator import BatchEmulator
 from airflow_gpu.testing.polling import wait_for
 from airflow_gpu.triggers.batch import GPUBatchJobTrigger
+from airflow_gpu.utils import batch_retries
 
 pytestmark = pytest.mark.slow
 
@@ -171,6 +172,9 @@ def test_the_poller_reads_its_connection_again_after_a_failed_round(
         "config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 1},
     }  # fmt: skip
     monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(stale))
+    # A refused connection is transient (utils/batch_retries): its rounds pause for minutes in all, which
+    # is the production wait, not what this test is about (a failed round, then the edited connection).
+    monkeypatch.setattr(batch_retries, "pause", lambda round_: 0.01)
     failed_rounds: list[str] = []
 
     async def fixed_while_it_waits() -> dict[str, Any]:
