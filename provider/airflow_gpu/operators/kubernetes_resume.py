@@ -143,6 +143,9 @@ class PodDeferral:
             if live(pod):
                 op.log.warning("Deleting pod %s/%s: the next try takes over %s", namespace, pod.metadata.name,
                                kept.metadata.name)  # fmt: skip
+                # Marked first: a real API server keeps a deleted pod listed for its grace period, and
+                # KPO's label search, which skips only checked pods, would find two and refuse both.
+                op.patch_already_checked(pod, reraise=False)
                 self._delete(pod.metadata.name, namespace)
             else:
                 op.patch_already_checked(pod, reraise=False)

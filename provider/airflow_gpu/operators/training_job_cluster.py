@@ -27,6 +27,7 @@ import contextlib
 import time
 from typing import Any
 
+from airflow_gpu.spot.training_job import failed_create_messages
 from airflow_gpu.triggers import adoption
 from airflow_gpu.utils import api_retry
 from airflow_gpu.utils.kubernetes import to_dict
@@ -84,9 +85,7 @@ class TrainingJobs:
         except ApiException as error:
             self.log.warning("The events of Job %s could not be read (%s %s)", name, error.status, error.reason)
             return []
-        refused = [e for e in events if e.reason == "FailedCreate"]
-        refused.sort(key=lambda e: str(e.last_timestamp or e.event_time or e.first_timestamp or ""))
-        return [str(e.message) for e in refused]
+        return failed_create_messages(to_dict(e) for e in events)
 
     def create(self, manifests: dict[str, dict[str, Any]]) -> bool:
         """The Service, then the Job; True when the Job existed already as this task try's (adopted)."""

@@ -295,6 +295,14 @@ class StuckClock:
 FAILED_CREATE = "FailedCreate"
 
 
+def failed_create_messages(events: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The messages of a Job's ``FailedCreate`` events (API dicts), oldest first: what the API server
+    said when it refused a rank ("Error creating: pods ... is forbidden: exceeded quota: ...")."""
+    refused = [e for e in events if e.get("reason") == FAILED_CREATE]
+    refused.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or e.get("firstTimestamp") or ""))
+    return [str(e.get("message") or "") for e in refused]
+
+
 class MissingRanks:
     """Since when the Job has had fewer pods than ``parallelism``; past the timeout, how many are missing.
 

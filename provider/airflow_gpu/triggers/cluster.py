@@ -35,6 +35,7 @@ CALLS = {
     "pods": ("CoreV1Api", "namespaced_pod"),
     "services": ("CoreV1Api", "namespaced_service"),
     "jobs": ("BatchV1Api", "namespaced_job"),
+    "events": ("CoreV1Api", "namespaced_event"),
 }
 LOG = logging.getLogger(__name__)
 #: Seconds a connection's extras read in the event loop serve this triggerer's hooks before a re-read.
@@ -292,19 +293,23 @@ async def delete(connection: ClusterConnection, kind: str, namespace: str, name:
     await acall(call, f"deleting {kind} {namespace}/{name}", log=LOG)
 
 
-async def list_objects(connection: ClusterConnection, kind: str, namespace: str, selector: str) -> list[dict[str, Any]]:
-    """The objects of ``kind`` matching the label selector, as API dicts: one LIST."""
+async def list_objects(
+    connection: ClusterConnection, kind: str, namespace: str, selector: str, fields: str | None = None
+) -> list[dict[str, Any]]:
+    """The objects of ``kind`` matching the label selector (and field selector), as API dicts: one LIST."""
     from airflow_gpu.triggers.kubernetes_api import checked
+
+    options = {"label_selector": selector, **({"field_selector": fields} if fields else {})}
 
     async def call() -> list[dict[str, Any]]:
         async with connection.client() as client:
             api, suffix = _api(client, kind)
             listing = getattr(api, f"list_{suffix}")
-            response = await checked(await listing(namespace, label_selector=selector, _preload_content=False))
+            response = await checked(await listing(namespace, **options, _preload_content=False))
             items: list[dict[str, Any]] = json.loads(await response.read()).get("items") or []
             return items
 
-    return await acall(call, f"listing {kind} in {namespace} ({selector})", log=LOG)
+    return await acall(call, f"listing {kind} in {namespace} ({selector or fields})", log=LOG)
 
 
 async def node_stays(connection: ClusterConnection, node: str | None) -> bool | None:

@@ -12,10 +12,13 @@ job. Stopping the workload then would fail the task that the other triggerer is 
 GPU trigger asks for the task's state first and stops its workload only when the task is no longer
 deferred.
 
-When the state cannot be read, even on a second try, the workload is stopped. The official pod
-trigger's ``cleanup`` before Airflow 3.3 does the opposite ("Could not determine task state during
-cleanup; skipping pod deletion to be safe"). Here a person's Mark Failed must not leave a GPU
-running, billed; a hand-over that meets a supervisor unable to answer twice is the rarer case.
+When the state cannot be read, even on a second try, ``on_kill`` (Airflow 3.3+, called only on a
+cancel the runner marks as a user action) stops the workload: a person's Mark Failed must not leave
+a GPU running, billed; a hand-over that meets a supervisor unable to answer twice is the rarer case.
+Before 3.3 there is only ``cleanup``, which also runs at every triggerer shutdown: there an unread
+state keeps the workload (``still_deferred`` None), as the official pod trigger's ``cleanup`` does
+("Could not determine task state during cleanup; skipping pod deletion to be safe"), or each
+triggerer restart whose supervisor is already going would delete every deferred GPU workload.
 
 The state is asked for in the event loop (``SUPERVISOR_COMMS.asend``), never from a thread: in an
 Airflow 3.2 triggerer a request from a thread races the loop's own and kills the trigger runner

@@ -34,7 +34,6 @@ fails the task.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from functools import cached_property
 from typing import Any
@@ -44,11 +43,11 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_gpu.spot.classifier import Outcome
 from airflow_gpu.spot.training_job import (
-    FAILED_CREATE,
     JobEnd,
     JobPods,
     MissingRanks,
     StuckClock,
+    failed_create_messages,
     failing,
     job_end,
     judged,
@@ -311,28 +310,13 @@ class GPUTrainingJobTrigger(BaseTrigger):
 
     async def _failed_creates(self, job: str) -> list[str]:
         """The messages of the Job's ``FailedCreate`` events, oldest first; empty when they cannot be read."""
-        from kubernetes_asyncio.client import CoreV1Api
-
-        from airflow_gpu.triggers.kubernetes_api import checked
-        from airflow_gpu.utils.api_retry import acall
-
-        selector = f"involvedObject.kind=Job,involvedObject.name={job}"
-
-        async def call() -> list[dict[str, Any]]:
-            async with self.connection.client() as client:
-                listing = CoreV1Api(client).list_namespaced_event
-                response = await checked(await listing(self.namespace, field_selector=selector, _preload_content=False))
-                items: list[dict[str, Any]] = json.loads(await response.read()).get("items") or []
-                return items
-
+        fields = f"involvedObject.kind=Job,involvedObject.name={job}"
         try:
-            items = await acall(call, f"listing the events of Job {job}", log=self.log)
+            events = await cluster.list_objects(self.connection, "events", self.namespace, "", fields)
+            return failed_create_messages(events)
         except Exception as error:  # the refusal stands without its wording
             self.log.warning("The events of training Job %s could not be read (%s)", job, error)
             return []
-        found = [e for e in items if e.get("reason") == FAILED_CREATE]
-        found.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or e.get("firstTimestamp") or ""))
-        return [str(e.get("message") or "") for e in found]
 
     async def _node_fates(self, pods: JobPods) -> dict[str | None, bool | None]:
         nodes = sorted(pods.nodes_to_check())
