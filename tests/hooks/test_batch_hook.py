@@ -98,3 +98,34 @@ def test_a_job_still_runnable_after_its_cancel_is_terminated_before_the_run_move
         wait_for(lambda: emulator._job(head).status == "SUCCEEDED", 30, "the head job to run")
         job = wait_for(lambda: (j := emulator._job(behind)).status in ("SUCCEEDED", "FAILED") and j, 30, "its end")
         assert job.status == "FAILED" and not job.attempts  # it never started
+
+
+def test_a_lost_submission_listed_late_is_found_not_submitted_again(aws_default_connection: BatchEmulator) -> None:
+    """SubmitJob created the job, its answer was lost, and ListJobs (eventually consistent) lists the job
+    only 8 s later. Looked up for three reads 2 s apart, it was sent again: two GPU jobs for one try.
+    Looked up over a minute of reads with backoff (``batch_submit``), it is found and followed."""
+    from airflow_gpu.triggers.batch_resubmission import oldest_of_try
+
+    emulator = aws_default_connection
+    hook = GPUBatchHook(aws_conn_id="aws_default")
+    hook.register_job_definition_once("listed-late", definition(["true"]))
+    identity = {"airflow-gpu/dag": "d", "airflow-gpu/task": "late", "airflow-gpu/run": "r", "airflow-gpu/try": "1"}
+    args = {"jobName": "listed-late", "jobQueue": "gpu-on-demand", "jobDefinition": "listed-late", "tags": identity}
+    emulator.list_lag(8)
+    lost = emulator.fail("SubmitJob", "lost")
+    try:
+        submitted = hook.submit_job_once(args, lambda jobs: oldest_of_try(jobs, identity))
+    finally:
+        emulator.list_lag(0)
+    named = [job.job_id for job in emulator.jobs() if job.job_name == "listed-late"]
+    assert lost.hits == 1
+    assert len(named) == 1, f"the job was submitted again: {named}"
+    assert (submitted.job_id, submitted.adopted, submitted.resent) == (named[0], True, False)
+
+
+def test_the_lookup_lasts_a_minute_with_backoff() -> None:
+    """The documented window (``batch_submit``): eight reads over 60 s, pauses doubling up to 15 s."""
+    from airflow_gpu.hooks import batch_submit
+
+    assert batch_submit.lookup_waits() == [1.0, 2.0, 4.0, 8.0, 15.0, 15.0, 15.0]
+    assert sum(batch_submit.lookup_waits()) == batch_submit.LOOKUP_WINDOW == 60.0

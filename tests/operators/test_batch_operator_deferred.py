@@ -271,7 +271,7 @@ def test_mark_failed_while_the_trigger_submits_stops_the_job_it_submits(aws_defa
     submitting, land = threading.Event(), threading.Event()
     submit_once = trigger._submit_once
 
-    def slow_submission(*args: Any) -> tuple[str, bool]:  # SubmitJob slow to answer
+    def slow_submission(*args: Any) -> Any:  # SubmitJob slow to answer
         submitting.set()
         land.wait(30)
         return submit_once(*args)
@@ -292,6 +292,40 @@ def test_mark_failed_while_the_trigger_submits_stops_the_job_it_submits(aws_defa
     assert [j["jobName"] for j in jobs] == ["train", "train-r1"]
     job = wait_for(lambda: (j := described(emulator)[1])["status"] == "FAILED" and j, 20, "the stop")
     assert job["statusReason"] == KILLED[0]
+
+
+def test_a_kill_batch_keeps_refusing_gives_up_within_the_on_kill_budget_naming_the_job(
+    aws_default_connection: BatchEmulator, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """TerminateJob fails (500) for good. The triggerer waits ``[triggerer] on_kill_timeout`` (4 s here) for
+    ``on_kill``; the kill's TerminateJobs are retried within that, not in botocore's attempts and our rounds
+    for minutes after the runner gave up, and an ERROR names the job left running."""
+    monkeypatch.setenv("AIRFLOW__TRIGGERER__ON_KILL_TIMEOUT", "4")
+    emulator, context = aws_default_connection, {"ti": Ti(), "task_state_store": Store()}
+    deferred = defer(context, command=[sys.executable, "-c", "import time; time.sleep(60)"])
+    trigger = trigger_of(deferred)
+    job = emulator._job(trigger.job_id)
+    wait_for(lambda: job.status == "RUNNING", timeout=60, what="the job to run")
+    refused = emulator.fail("TerminateJob", "server", times=10_000)
+
+    async def body() -> tuple[int, int]:
+        await cancelled(asyncio.create_task(first_event(trigger)))
+        with contextlib.suppress(asyncio.TimeoutError):  # as run_trigger: it gives up after the budget
+            await asyncio.wait_for(trigger.on_kill(), 4)
+        await asyncio.sleep(0.5)
+        given_up = refused.hits
+        await asyncio.sleep(4)  # a kill still retrying would ask again within this
+        return given_up, refused.hits
+
+    try:
+        with caplog.at_level(logging.ERROR):
+            given_up, later = asyncio.run(body())
+    finally:
+        refused.times = refused.hits  # disarmed
+        emulator.client("batch").terminate_job(jobId=job.job_id, reason="test over")
+    assert given_up >= 1 and later == given_up
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any(f"left running: AWS Batch job {job.job_id}" in e for e in errors), errors
 
 
 def test_capacity_timeout_cancels_and_moves_on_from_the_trigger(aws_default_connection: BatchEmulator) -> None:

@@ -22,7 +22,7 @@ from airflow_gpu.testing.batch.emulator import BatchEmulator
 from airflow_gpu.testing.polling import wait_for
 from tests.operators import test_batch_operator_deferred as deferred_tests
 from tests.operators.task_context import Store, Ti
-from tests.operators.test_batch_operator_runs import described, operator
+from tests.operators.test_batch_operator_runs import RESULT, described, operator
 
 pytestmark = pytest.mark.slow
 
@@ -48,6 +48,30 @@ def test_a_submit_whose_answer_was_lost_is_followed_not_submitted_again(aws_defa
     assert lost.hits == 1
     (job,) = described(emulator)
     assert job["status"] == "SUCCEEDED" and job["jobName"] == "train"
+
+
+def test_a_first_submission_listed_past_the_lookup_is_kept_and_the_second_terminated(
+    aws_default_connection: BatchEmulator,
+) -> None:
+    """SubmitJob's answer is lost and ListJobs lists the job later than the look-up looks (its pauses are
+    cut short here): the job is sent again, and two GPU jobs of one try run. The operator, following the
+    second, finds both once listed: it keeps the first created, follows it, and terminates the other
+    with a log line. Its result is the first job's."""
+    from airflow_gpu.hooks.batch_submit import DUPLICATE_REASON
+
+    emulator = aws_default_connection
+    emulator.list_lag(3)
+    lost = emulator.fail("SubmitJob", "lost")
+    slow = [sys.executable, "-c", "import time; time.sleep(12); " + RESULT]
+    try:
+        assert operator(command=slow).execute({"ti": Ti(), "task_state_store": Store()}) == {"loss": 0.25}
+    finally:
+        emulator.list_lag(0)
+    assert lost.hits == 1
+    first, second = wait_for(lambda: (js := described(emulator))[1]["status"] == "FAILED" and js, 30, "the stop")
+    assert first["jobName"] == second["jobName"] == "train"
+    assert first["status"] == "SUCCEEDED"
+    assert (second["status"], second["statusReason"]) == ("FAILED", DUPLICATE_REASON)
 
 
 def test_a_burst_of_throttles_server_errors_and_resets_on_every_call_is_ridden_out(

@@ -60,13 +60,13 @@ def test_on_kill_terminates_the_job_without_blocking_the_event_loop(
     a thread: the event loop, which every deferred task of the triggerer shares, runs meanwhile."""
     emulator = aws_default_connection
     client_threads: list[threading.Thread] = []
-    api = GPUBatchHook.api
+    build = GPUBatchHook.get_client_type
 
-    def client(hook: GPUBatchHook) -> Any:  # building it may assume a role (STS): never in the loop
+    def client(hook: GPUBatchHook, *args: Any, **kwargs: Any) -> Any:  # it may assume a role (STS): never in the loop
         client_threads.append(threading.current_thread())
-        return api.fget(hook)  # type: ignore[attr-defined]
+        return build(hook, *args, **kwargs)
 
-    monkeypatch.setattr(GPUBatchHook, "api", property(client))
+    monkeypatch.setattr(GPUBatchHook, "get_client_type", client)
     job_id = submit(emulator, [sys.executable, "-c", "import time; time.sleep(60)"])  # runs until killed
     wait_for(lambda: emulator._job(job_id).status == "RUNNING", timeout=60, what="the job to run")
 

@@ -424,6 +424,82 @@ def test_mark_failed_under_throttling_deletes_the_running_pod_within_the_trigger
     wait_for(lambda: not pod_names(api), 30)
 
 
+def test_a_kill_the_api_server_keeps_refusing_gives_up_within_the_on_kill_budget_naming_the_pod(
+    kubernetes_emulator: KubernetesEmulator, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every delete is throttled (429, ``Retry-After: 1``) for good. The triggerer waits ``[triggerer]
+    on_kill_timeout`` (4 s here) for ``on_kill``; the kill's deletes are retried within that, not for the
+    five minutes ``api_retry`` gives other calls, and an ERROR names the pod left running. Retried on
+    after the runner gave up, they ran unowned for minutes."""
+    monkeypatch.setenv("AIRFLOW__TRIGGERER__ON_KILL_TIMEOUT", "4")
+    api = core(kubernetes_emulator)
+    gpu_pod(api, "refused", "sleep 600")
+    t = trigger(kubernetes_emulator, "refused", termination_grace_period=0)
+    refused = kubernetes_emulator.inject_api_fault(verb="delete", resource="pods", retry_after=1, times=None)
+
+    async def body() -> tuple[int, int]:
+        waiting = asyncio.create_task(first_event(t))
+        await asyncio.sleep(1)
+        waiting.cancel()
+        with contextlib.suppress(asyncio.TimeoutError):  # as run_trigger: it gives up after the budget
+            await asyncio.wait_for(t.on_kill(), 4)
+        await asyncio.sleep(0.5)
+        given_up = refused.hits
+        await asyncio.sleep(3)  # a kill still retrying would ask again within this
+        return given_up, refused.hits
+
+    try:
+        given_up, later = asyncio.run(body())
+    finally:
+        kubernetes_emulator.clear_api_faults()
+        api.delete_namespaced_pod("refused", "default", grace_period_seconds=0)
+    assert given_up >= 2 and later == given_up
+    errors = [line for line in capsys.readouterr().out.splitlines() if "[error" in line]  # the trigger's structlog
+    assert any("left running: pod default/refused" in e for e in errors), errors
+
+
+def test_a_triggerer_shutdown_during_a_kill_names_what_it_left_running(
+    kubernetes_emulator: KubernetesEmulator, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The runner cancels the trigger while its kill waits out a throttled delete (``Retry-After: 20``),
+    then the triggerer stops (``asyncio.run`` cancels every task left). The kill is owned
+    (``kill_tasks.running()``) while it runs, and its end is an ERROR naming the pod left running, not a
+    silent cancel of a task nobody held."""
+    from airflow_gpu.triggers import kill_tasks
+
+    api = core(kubernetes_emulator)
+    gpu_pod(api, "stopping", "sleep 600")
+    t = trigger(kubernetes_emulator, "stopping", termination_grace_period=0)
+    kubernetes_emulator.inject_api_fault(verb="delete", resource="pods", retry_after=20, times=None)
+
+    async def run_trigger() -> None:  # airflow/jobs/triggerer_job_runner.py, run_trigger, 3.3
+        try:
+            await first_event(t)
+        except asyncio.CancelledError:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(t.on_kill(), timeout=30)
+            raise
+
+    async def body() -> list[str]:
+        task = asyncio.create_task(run_trigger())
+        await asyncio.sleep(1)
+        while not task.done():  # cancel_triggers, at every turn of the runner's loop
+            task.cancel("user action")
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(1)  # the kill waits out the throttle
+        return [kill.what for kill in kill_tasks.running()]
+
+    try:
+        pending = asyncio.run(body())  # then asyncio.run cancels what is left, as a triggerer's exit does
+    finally:
+        kubernetes_emulator.clear_api_faults()
+        api.delete_namespaced_pod("stopping", "default", grace_period_seconds=0)
+    assert pending == ["Deleting the pods of trigger for pod default/stopping"]
+    assert not kill_tasks.running()
+    errors = [line for line in capsys.readouterr().out.splitlines() if "[error" in line]  # the trigger's structlog
+    assert any("triggerer stopped" in e and "left running: pod default/stopping" in e for e in errors), errors
+
+
 def test_before_airflow_3_3_cleanup_on_mark_failed_deletes_every_pod_of_the_try(
     kubernetes_emulator: KubernetesEmulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -7,6 +7,7 @@ run, not read off its end."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
@@ -240,6 +241,41 @@ def test_mark_failed_under_throttling_deletes_the_current_job_within_the_trigger
     api = clients(kubernetes_emulator)
     wait_for(lambda: not api["batch"].list_namespaced_job("default").items, 30, "the Jobs to go")
     assert not api["core"].list_namespaced_service("default").items
+
+
+def test_a_kill_the_api_server_keeps_refusing_gives_up_within_the_on_kill_budget_naming_the_job(
+    kubernetes_emulator: KubernetesEmulator, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every delete is throttled (429, ``Retry-After: 1``) for good. The kill's deletes are retried within
+    ``[triggerer] on_kill_timeout`` (4 s here), not for the minutes ``api_retry`` gives other calls after the
+    runner gave up on ``on_kill``; an ERROR names the Job and Service left running."""
+    monkeypatch.setenv("AIRFLOW__TRIGGERER__ON_KILL_TIMEOUT", "4")
+    given = arguments(kubernetes_emulator, "train-refused", "sleep 600")
+    submit(kubernetes_emulator, given)
+    trigger = GPUTrainingJobTrigger(**given)
+    refused = kubernetes_emulator.inject_api_fault(verb="delete", retry_after=1, times=None)
+
+    async def body() -> tuple[int, int]:
+        waiting = asyncio.create_task(final_event(trigger))
+        await asyncio.sleep(1)
+        waiting.cancel()
+        with contextlib.suppress(asyncio.TimeoutError):  # as run_trigger: it gives up after the budget
+            await asyncio.wait_for(trigger.on_kill(), 4)
+        await asyncio.sleep(0.5)
+        given_up = refused.hits
+        await asyncio.sleep(3)  # a kill still retrying would ask again within this
+        return given_up, refused.hits
+
+    try:
+        given_up, later = asyncio.run(body())
+    finally:
+        kubernetes_emulator.clear_api_faults()
+        clients(kubernetes_emulator)["batch"].delete_namespaced_job(
+            "train-refused", "default", propagation_policy="Background"
+        )
+    assert given_up >= 2 and later == given_up
+    errors = [line for line in capsys.readouterr().out.splitlines() if "[error" in line]  # the trigger's structlog
+    assert any("left running: training Job default/train-refused, Service default/train-refused" in e for e in errors)
 
 
 def test_a_job_deleted_by_someone_else_ends_the_run_as_deleted(kubernetes_emulator: KubernetesEmulator) -> None:

@@ -12,8 +12,8 @@ Every call rides out transient errors (``utils.batch_retries``): the clients use
 retry mode with more attempts than its default (unless the connection's ``config_kwargs`` sets
 ``retries``), and a call still failing transiently is tried again a few rounds more. SubmitJob is
 sent once per try by botocore (Batch has no idempotency token for it): after an answer that may
-have been lost, ``submit_job_once`` looks the job up by name and task-try tags before sending it
-again.
+have been lost, ``submit_job_once`` (``batch_submit``) looks the job up by name and task-try tags,
+for as long as ListJobs may take to list it, before sending it again.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from functools import cached_property, partial
 from typing import Any
 
@@ -35,9 +35,11 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
 
 from airflow_gpu.accelerators.batch import instance_offers
 from airflow_gpu.accelerators.batch_queues import QueueOffer, unreadable_types
-from airflow_gpu.utils import batch_retries
+from airflow_gpu.hooks import batch_submit
+from airflow_gpu.hooks.batch_submit import Keep, Submitted
+from airflow_gpu.utils import batch_retries, retry_deadline
 from airflow_gpu.utils.batch_logs import DEFAULT_LOG_GROUP, attempt_streams, log_group
-from airflow_gpu.utils.batch_retries import retry_transient, throttled, transient
+from airflow_gpu.utils.batch_retries import retry_transient
 from airflow_gpu.utils.results import WorkloadOutput, read_output
 
 __all__ = ["DEFAULT_LOG_GROUP", "SPEC_HASH_TAG", "GPUBatchHook", "QueueOffer", "definition_hash"]
@@ -51,13 +53,6 @@ DESCRIBE_JOBS_LIMIT = 100
 SPOT_TYPES = frozenset({"SPOT", "FARGATE_SPOT"})
 #: Rounds (each botocore's own attempts) DescribeJobs gets while it fails transiently.
 THROTTLE_RETRIES = 8
-#: SubmitJob sends (each once: botocore does not retry it) before a transient error is raised; with
-#: ``batch_retries.pause`` between them (up to a minute each), a 10-minute outage is waited out.
-SUBMIT_ATTEMPTS = 16
-#: ListJobs reads, ``LOOKUP_INTERVAL`` s apart, that look for a job whose SubmitJob answer was lost
-#: before it is sent again (ListJobs is eventually consistent: a new job shows within seconds).
-LOOKUP_POLLS = 3
-LOOKUP_INTERVAL = 2.0
 #: Polls for a job DescribeJobs does not return yet before the job is taken for lost.
 MISSING_POLLS = 5
 #: Seconds a job may stay RUNNABLE after CancelJob before it is terminated instead.
@@ -137,55 +132,21 @@ class GPUBatchHook(BatchClientHook):
 
     @cached_property
     def _submit_api(self) -> Any:
-        """A Batch client whose calls botocore sends once: SubmitJob must not be sent twice blindly."""
+        """A Batch client whose calls botocore sends once: SubmitJob must not be sent twice blindly (and a
+        kill's TerminateJob is paced by its own budget)."""
         return self.get_client_type(config=batch_retries.without_retries(super().config))
 
-    def submit_job_once(
-        self, args: Mapping[str, Any], keep: Callable[[Sequence[Mapping[str, Any]]], Mapping[str, Any] | None]
-    ) -> tuple[str, bool]:
-        """SubmitJob, never twice for one job: the job's id, and whether it was found already submitted.
-
-        Batch has no idempotency token for SubmitJob. A throttle (or a connection never made) means
-        Batch did not act: the job is sent again after a pause. A 5xx or a connection dropped while
-        waiting for the answer may come after Batch created the job: before sending it again, the
-        job is looked for by name (ListJobs, ``LOOKUP_POLLS`` times: it is eventually consistent),
-        and ``keep`` picks this task try's job among those found (by its identity tags).
-        """
-        maybe_submitted = False
-        for attempt in range(1, SUBMIT_ATTEMPTS + 1):
-            if maybe_submitted:
-                found = self._find_submitted(args, keep)
-                if found is not None:
-                    self.log.info("Job %s (%s) was submitted before its answer was lost", found, args["jobName"])
-                    return found, True
-            try:
-                return str(self._submit_api.submit_job(**args)["jobId"]), False
-            except Exception as error:
-                if attempt == SUBMIT_ATTEMPTS or not transient(error):
-                    raise
-                maybe_submitted = maybe_submitted or not throttled(error)
-                wait = batch_retries.pause(attempt)
-                self.log.warning(
-                    "SubmitJob %s failed transiently (%s: %s); %s in %.1f s", args["jobName"], type(error).__name__,
-                    error, "looking for it, then submitting it again" if maybe_submitted else "trying again", wait,
-                )  # fmt: skip
-                batch_retries.sleep(wait)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _find_submitted(
-        self, args: Mapping[str, Any], keep: Callable[[Sequence[Mapping[str, Any]]], Mapping[str, Any] | None]
-    ) -> str | None:
-        for poll in range(LOOKUP_POLLS):
-            if poll:
-                batch_retries.sleep(LOOKUP_INTERVAL)
-            kept = keep(self.jobs_named(str(args["jobQueue"]), str(args["jobName"])))
-            if kept is not None:
-                return str(kept["jobId"])
-        return None
+    def submit_job_once(self, args: Mapping[str, Any], keep: Keep) -> Submitted:
+        """SubmitJob, never twice for one job of this task try (``batch_submit``: a lost answer is looked
+        up by name and task-try tags over a minute of ListJobs reads before the job is sent again)."""
+        return batch_submit.submit_job_once(self, args, keep)
 
     def terminate(self, job_id: str, reason: str) -> None:
-        """TerminateJob, through transient errors: a job left running is billed."""
-        retry_transient(f"TerminateJob {job_id}", lambda: self.api.terminate_job(jobId=job_id, reason=reason), self.log)
+        """TerminateJob, through transient errors: a job left running is billed. Inside a trigger's kill
+        (``retry_deadline``) each round is one request, the rounds bounded by the kill's budget: botocore's
+        own attempts (a minute or two) would outlast it."""
+        api = self._submit_api if retry_deadline.left() is not None else self.api
+        retry_transient(f"TerminateJob {job_id}", lambda: api.terminate_job(jobId=job_id, reason=reason), self.log)
 
     def cancel(self, job_id: str, reason: str) -> None:
         """CancelJob, through transient errors."""

@@ -232,6 +232,7 @@ class GPUBatchOperator(BatchSubmission, BatchDeferral, BatchOperator):
                 job = self._cancel_for_capacity(job)
                 continue
             time.sleep(self.poll_interval)
+            self._stop_duplicates(context)  # a first submission listed late: one job of the try runs
             job = self.gpu_hook.describe_job(str(self.job_id), self.poll_interval)
 
     @property

@@ -75,6 +75,7 @@ class BatchDeferral:
                 deferred_at=time.time(),
                 gpu_spot=resubmission_plan(op, context),
                 log_lag=op.log_lag if op.awslogs_enabled else None,
+                watch_duplicates=list(op._duplicate_watch[:2]) if op._duplicate_watch else None,
             ),
             method_name="resume_after_trigger",
             kwargs={"gpu_state": op.spot_run.to_json(), "errors": errors},

@@ -13,6 +13,7 @@ and ``_check_queue_offers``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
@@ -21,6 +22,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_gpu.accelerators import batch_job
 from airflow_gpu.accelerators.batch_queues import check_offers, offered_placement
+from airflow_gpu.hooks import batch_submit
 from airflow_gpu.hooks.registry import read_entrypoint
 from airflow_gpu.images.entrypoint import EXECS_ARGUMENTS, WrapDecision, decide
 from airflow_gpu.operators.batch_deferral import JOB_ID_XCOM_KEY, STATE_KEY, first_job_name
@@ -28,8 +30,9 @@ from airflow_gpu.operators.gpu_profile import ENV_SPOT_NOTICE, profiler_environm
 from airflow_gpu.operators.spot_task import save_run
 from airflow_gpu.profiling import bundle
 from airflow_gpu.spot import batch as spot_batch
+from airflow_gpu.spot.batch import FINAL
 from airflow_gpu.spot.policy import Placement
-from airflow_gpu.triggers.batch_resubmission import oldest_of_try, submission_name
+from airflow_gpu.triggers.batch_resubmission import oldest_of_try, same_task_try, submission_name
 from airflow_gpu.utils.batch_links import persist_job_links
 
 if TYPE_CHECKING:
@@ -86,14 +89,45 @@ class BatchSubmission:
             op.log.info("Submitting %s on %s to queue %s", args["jobName"], op.accelerator, args["jobQueue"])
             identity = _identity(args)
             try:  # a lost answer is looked up by name and tags before the job is sent again
-                op.job_id, _ = op.gpu_hook.submit_job_once(args, lambda jobs: oldest_of_try(jobs, identity))
+                submitted = op.gpu_hook.submit_job_once(args, lambda jobs: oldest_of_try(jobs, identity))
             except Exception as error:
                 raise AirflowException(f"AWS Batch refused the job: {error}") from error
+            op.job_id = submitted.job_id
+            if submitted.resent:  # its first job may yet be listed: see _stop_duplicates
+                until = time.monotonic() + batch_submit.DUPLICATE_WATCH
+                op._duplicate_watch = (str(args["jobQueue"]), str(args["jobName"]), identity, until)
         op.spot_run.submitted(str(op.job_id))
         save_run(context, STATE_KEY, op.spot_run)  # before anything else can fail
         context["ti"].xcom_push(key=JOB_ID_XCOM_KEY, value=op.job_id)
         job = op.gpu_hook.describe_job(str(op.job_id), op.poll_interval)
         persist_job_links(context, op, op.gpu_hook, job)
+
+    #: After a job sent again past the look-up of its lost answer (``batch_submit``): its queue, name and
+    #: identity tags, and the monotonic time until which a first job of the try listed late is looked for.
+    _duplicate_watch: tuple[str, str, dict[str, str], float] | None = None
+    _duplicates_checked = 0.0  # monotonic time of the last look
+
+    def _stop_duplicates(self, context: Context) -> None:
+        """While the watch lasts, at most every ``DUPLICATE_CHECK`` s: this try's first-created job of the
+        name is followed and any other still running is terminated (``batch_submit.stop_duplicates``)."""
+        op = _operator(self)
+        watch, now = op._duplicate_watch, time.monotonic()
+        if watch is None or now - op._duplicates_checked < batch_submit.DUPLICATE_CHECK:
+            return
+        queue, name, identity, until = watch
+        op._duplicates_checked = now
+        if now >= until:
+            op._duplicate_watch = None
+        kept = batch_submit.stop_duplicates(
+            op.gpu_hook, queue, name, lambda jobs: oldest_of_try(jobs, identity),
+            lambda job: same_task_try(job, identity), FINAL,
+        )  # fmt: skip
+        if kept is not None and kept != op.job_id:
+            op.log.warning("Following job %s, created first, instead of %s", kept, op.job_id)
+            op.job_id = kept
+            op.spot_run.submitted(kept)
+            save_run(context, STATE_KEY, op.spot_run)
+            context["ti"].xcom_push(key=JOB_ID_XCOM_KEY, value=kept)
 
     def _submitted_already(self, args: Mapping[str, Any]) -> str | None:
         """A resubmission's job this task try has already (a trigger's submit that failed on the way

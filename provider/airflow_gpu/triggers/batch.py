@@ -13,7 +13,7 @@ The poller's hook is built again every ``HOOK_TTL`` seconds and after any failed
 keys or an edited connection reach a triggerer that never goes idle; a round that cannot build
 one fails that round's waiters, who retry or give up as for a DescribeJobs error. A trigger that
 cancels a job past ``capacity_timeout`` waits for the cancel through the same poller, not with a
-thread of its own.
+thread of its own. Mark Failed (``on_kill``) is ``batch_kill.BatchKill``'s.
 """
 
 from __future__ import annotations
@@ -25,9 +25,11 @@ from typing import Any, ClassVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_gpu.spot.batch import FINAL, KILLED, CapacityClock, capacity_cancel_reason
-from airflow_gpu.triggers import kill_guard
-from airflow_gpu.triggers.batch_resubmission import DUPLICATE_REASON, BatchResubmission, carried_queues, live_jobs
+from airflow_gpu.hooks import batch_submit
+from airflow_gpu.hooks.batch_submit import Submitted
+from airflow_gpu.spot.batch import FINAL, CapacityClock, capacity_cancel_reason
+from airflow_gpu.triggers.batch_kill import BatchKill
+from airflow_gpu.triggers.batch_resubmission import DUPLICATE_REASON, BatchResubmission
 from airflow_gpu.triggers.interruption_log import log_interruptions
 from airflow_gpu.triggers.resume_dwell import dwell
 
@@ -117,7 +119,7 @@ class SharedJobPoller:
                         future.set_result(found.get(job_id))
 
 
-class GPUBatchJobTrigger(BaseTrigger):
+class GPUBatchJobTrigger(BatchKill, BaseTrigger):
     """Fires ``{"status": "done" | "capacity_timeout" | "error", "job_id": ...}`` for one Batch job.
 
     With ``gpu_spot`` (the operator's ``batch_deferral.resubmission_plan``) it carries the spot run
@@ -137,6 +139,7 @@ class GPUBatchJobTrigger(BaseTrigger):
         deferred_at: float | None = None,
         gpu_spot: dict[str, Any] | None = None,
         log_lag: float | None = None,
+        watch_duplicates: list[str] | None = None,
     ) -> None:
         super().__init__()
         self.deferred_at = deferred_at  # epoch seconds; no event before RESUME_DWELL_SECONDS after it
@@ -145,6 +148,9 @@ class GPUBatchJobTrigger(BaseTrigger):
         self.gpu_spot = gpu_spot
         #: With a number: an interrupted job's log is printed into the trigger log that long after it ended.
         self.log_lag = log_lag
+        #: The queue and name of a job the worker sent again after a lost answer (``batch_submit``): a first
+        #: job of the try listed late is looked for, and one of the two terminated.
+        self.watch_duplicates = watch_duplicates
         self._converge_rounds = 0  # polling rounds left in which a racing trigger's duplicate is looked for
         self._printing: list[asyncio.Task[None]] = []
 
@@ -161,6 +167,7 @@ class GPUBatchJobTrigger(BaseTrigger):
                 "deferred_at": self.deferred_at,
                 "gpu_spot": self.gpu_spot,
                 "log_lag": self.log_lag,
+                "watch_duplicates": self.watch_duplicates,
             },
         )
 
@@ -172,6 +179,10 @@ class GPUBatchJobTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         resubmission = BatchResubmission.from_argument(self.gpu_spot) if self.gpu_spot is not None else None
+        if resubmission is not None and self.watch_duplicates:
+            queue, name = self.watch_duplicates
+            self._resubmission, self._submitted = resubmission, (queue, name)
+            self._converge_rounds = batch_submit.watch_rounds(float(self.poll_interval))
         try:
             while True:
                 payload: dict[str, Any] = {}
@@ -268,9 +279,11 @@ class GPUBatchJobTrigger(BaseTrigger):
         hook = await self._hook()
         # Not cancelled with the trigger (a thread cannot be): ``on_kill`` waits for it, then stops its job.
         self._submitting = asyncio.ensure_future(asyncio.to_thread(self._submit_once, hook, resubmission, args))
-        self.job_id, adopted = await asyncio.shield(self._submitting)
+        submitted = await asyncio.shield(self._submitting)
+        self.job_id, adopted = submitted.job_id, submitted.adopted
         resubmission.run.submitted(self.job_id)
-        self._converge_rounds = CONVERGE_ROUNDS
+        rounds = batch_submit.watch_rounds(float(self.poll_interval)) if submitted.resent else 0
+        self._converge_rounds = max(CONVERGE_ROUNDS, rounds)
         self.log.info(
             "%s job %s (%s) on %s (%s capacity) in queue %s, in place of %s",
             "Following the existing" if adopted else "Submitted", args["jobName"], self.job_id,
@@ -282,34 +295,28 @@ class GPUBatchJobTrigger(BaseTrigger):
         return True
 
     _resubmission: BatchResubmission | None = None
-    _submitting: asyncio.Future[tuple[str, bool]] | None = None  # the SubmitJob in flight, or the last one
     _submitted: tuple[str, str] | None = None  # the queue and name of the last job submitted here
 
-    def _submit_once(self, hook: Any, resubmission: BatchResubmission, args: dict[str, Any]) -> tuple[str, bool]:
+    def _submit_once(self, hook: Any, resubmission: BatchResubmission, args: dict[str, Any]) -> Submitted:
         """The job of this name and task try: the one already submitted (a replay), else a new one."""
         kept = resubmission.keep(hook.jobs_named(args["jobQueue"], args["jobName"]))
         if kept is not None:
-            return str(kept["jobId"]), True
-        job_id, adopted = hook.submit_job_once(args, resubmission.keep)  # a lost answer: looked up, not resent
-        return str(job_id), bool(adopted)
+            return Submitted(str(kept["jobId"]), adopted=True)
+        return hook.submit_job_once(args, resubmission.keep)  # type: ignore[no-any-return]  # a lost answer: looked up
 
     def _converge(self, hook: Any) -> None:
-        """A trigger racing this one (apache/airflow#37180) may have submitted the same job: both keep
-        the oldest of this task try's jobs of the name, and the others are cancelled before they run."""
+        """A trigger racing this one (apache/airflow#37180), or a first submission listed late (``batch_submit``),
+        may have made a second job of the name: every follower keeps the oldest of this task try's jobs, and
+        the others are terminated with a log line."""
         resubmission, submitted = self._resubmission, self._submitted
         if resubmission is None or submitted is None:
             return
-        jobs = hook.jobs_named(*submitted)
-        kept = resubmission.keep(jobs)
-        if kept is None:
-            return
-        for job in jobs:
-            if job["jobId"] != kept["jobId"] and resubmission.same_task_try(job) and job["status"] not in FINAL:
-                self.log.warning("Cancelling job %s: %s is this task try's", job["jobId"], kept["jobId"])
-                hook.terminate(str(job["jobId"]), DUPLICATE_REASON)
-        if kept["jobId"] != self.job_id:
-            self.log.warning("Following job %s, submitted first, instead of %s", kept["jobId"], self.job_id)
-            self.job_id = str(kept["jobId"])
+        kept = batch_submit.stop_duplicates(
+            hook, *submitted, resubmission.keep, resubmission.same_task_try, FINAL, DUPLICATE_REASON
+        )
+        if kept is not None and kept != self.job_id:
+            self.log.warning("Following job %s, submitted first, instead of %s", kept, self.job_id)
+            self.job_id = kept
             resubmission.run.submitted(self.job_id)
 
     async def _cancel_for_capacity(self, poller: SharedJobPoller, job: dict[str, Any]) -> dict[str, Any]:
@@ -346,46 +353,3 @@ class GPUBatchJobTrigger(BaseTrigger):
         for line in lines:
             if line.strip() and not line.startswith("::airflow-gpu-"):  # result, profile: from the last job
                 self.log.info("[%s] %s", job["jobId"], line)
-
-    async def on_kill(self) -> None:
-        """ "Mark Failed" on a deferred task (Airflow 3.3+): terminate the job, or it runs on, billed.
-
-        It is the job this trigger follows now (a replacement it submitted, maybe). Airflow cancels
-        the trigger first, but a SubmitJob already on its way runs on in its thread: it is waited
-        for, and its job terminated too. Building the client reads credentials: all of it runs in
-        a thread, so the triggerer's event loop, shared by every deferred task, never blocks on it.
-        """
-        # Shielded: the trigger runner cancels a removed trigger again at every turn of its loop until
-        # its task ends (``cancel_triggers``), and ``run_trigger`` swallows the cancel that reaches
-        # ``on_kill``: unshielded, a kill slower than one turn (a state read, a throttled delete) was
-        # cut short and the GPU workload ran on, billed.
-        await asyncio.shield(self._kill())
-
-    async def _kill(self) -> None:
-        if await kill_guard.handed_over(self):  # moved to another triggerer, which follows the job
-            return
-        job_ids = [self.job_id]
-        if self._submitting is not None:
-            try:
-                job_ids.append((await asyncio.shield(self._submitting))[0])
-            except Exception:  # SubmitJob failed: nothing of it to stop; the name lookup below looks anyway
-                self.log.info("The replacement being submitted when the task was killed was not submitted")
-        try:
-            hook = await self._hook()
-            await asyncio.to_thread(self._terminate_all, hook, list(dict.fromkeys(job_ids)))
-        except Exception:
-            self.log.exception("Could not terminate AWS Batch job %s", self.job_id)
-
-    def _terminate_all(self, hook: Any, job_ids: list[str]) -> None:
-        """TerminateJob on ``job_ids`` and, carrying a spot run, on every job of this try not yet ended
-        (a replacement submitted while the kill came in): in a thread, the client built there too."""
-        for job_id in job_ids:
-            hook.terminate(job_id, KILLED[0])
-            self.log.info("Terminated AWS Batch job %s", job_id)
-        if self.gpu_spot is None:
-            return
-        spot = self.gpu_spot
-        for job in live_jobs(hook, carried_queues(spot), spot["first_name"], spot["identity"]):
-            if job["jobId"] not in job_ids:
-                hook.terminate(str(job["jobId"]), KILLED[0])
-                self.log.info("Terminated AWS Batch job %s of this task try", job["jobId"])

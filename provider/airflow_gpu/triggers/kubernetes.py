@@ -37,7 +37,7 @@ from airflow.providers.cncf.kubernetes.utils.pod_manager import (
 from airflow.providers.cncf.kubernetes.version_compat import AIRFLOW_V_3_3_PLUS
 from airflow.triggers.base import TriggerEvent
 
-from airflow_gpu.triggers import cluster, kill_guard
+from airflow_gpu.triggers import cluster, kill_guard, kill_tasks
 from airflow_gpu.triggers.cluster import ClusterConnection
 from airflow_gpu.triggers.kubernetes_api import PodState
 from airflow_gpu.triggers.pod_carry_on import LAST_SEEN_KEY as LAST_SEEN_KEY
@@ -104,23 +104,22 @@ class GPUPodTrigger(PodCarryOn, KubernetesPodTrigger):
         created): every pod of this task try that has not ended goes, found by its labels, and the one
         being created.
         """
-        # Shielded: the trigger runner cancels a removed trigger again at every turn of its loop until
-        # its task ends (``cancel_triggers``), and ``run_trigger`` swallows the cancel that reaches
-        # ``on_kill``: unshielded, a kill slower than one turn (a state read, a throttled delete) was
-        # cut short and the GPU workload ran on, billed.
-        await asyncio.shield(self._kill())
+        # Owned and bounded (``kill_tasks``): the trigger runner cancels a removed trigger again at every
+        # turn of its loop until its task ends, and ``run_trigger`` swallows the cancel that reaches
+        # ``on_kill``: the kill runs on as a task of its own, its deletes retried within the budget.
+        await kill_tasks.run(f"Deleting the pods of trigger for {self._pod_ref(self.pod_name)}", self.log, self._kill)
 
-    async def _kill(self) -> None:
+    async def _kill(self, kill: kill_tasks.Kill) -> None:
         if self._handed_back or (self.gpu_spot is None and self._fired_event):
             return
         if await kill_guard.handed_over(self):
             return
-        if self.gpu_spot is None:
-            await super().on_kill()
-            return
         if self.on_kill_action == OnKillAction.KEEP_POD:
             return
-        await self._delete_this_try()
+        if self.gpu_spot is None:  # the official on_kill's delete, with the kill's bounded retries
+            await self._delete_pod(self.pod_name, kill)
+            return
+        await self._delete_this_try(kill)
 
     async def cleanup(self) -> None:
         """The official ``cleanup``: before Airflow 3.3 Mark Failed reaches a trigger only here (after
@@ -136,10 +135,10 @@ class GPUPodTrigger(PodCarryOn, KubernetesPodTrigger):
             return
         # Airflow 3.2's trigger runner cancels a trigger that left the database again at every turn of
         # its loop until the trigger's task ends (``cancel_triggers``): any await here would be cut
-        # short, and Mark Failed left the pod running. The work is shielded from those cancels.
-        await asyncio.shield(self._after_cancel())
+        # short, and Mark Failed left the pod running. The work is an owned, bounded task (``kill_tasks``).
+        await kill_tasks.run(f"Cleaning up after {self._pod_ref(self.pod_name)}", self.log, self._after_cancel)
 
-    async def _after_cancel(self) -> None:
+    async def _after_cancel(self, kill: kill_tasks.Kill) -> None:
         """Before Airflow 3.3: delete what this try runs if a person killed the task (it is no longer
         deferred), keep it if the triggerer is only stopping or handing over (still deferred)."""
         deferred = await kill_guard.still_deferred(self)  # in the loop: see kill_guard.still_deferred
@@ -148,13 +147,14 @@ class GPUPodTrigger(PodCarryOn, KubernetesPodTrigger):
         elif deferred:
             self.log.info("The task is still deferred (a triggerer restart or hand-over): its pod stays")
         elif self.gpu_spot is None:
-            await self._delete_pod(self.pod_name)
+            await self._delete_pod(self.pod_name, kill)
         else:
-            await self._delete_this_try()
+            await self._delete_this_try(kill)
 
-    async def _delete_this_try(self) -> None:
+    async def _delete_this_try(self, kill: kill_tasks.Kill) -> None:
         """Every pod of this task try that has not ended, found by its labels, and the one being created."""
         names = {self.pod_name, *([self._creating] if self._creating else [])}
+        kill.aim(*(self._pod_ref(name) for name in [self.pod_name, *sorted(names - {self.pod_name})]))
         selector, found = task_try_selector((self.gpu_spot or {}).get("base") or {}), []
         try:  # no identity labels (a pod built without a context): only the pods named here
             if selector:
@@ -164,18 +164,24 @@ class GPUPodTrigger(PodCarryOn, KubernetesPodTrigger):
         except Exception as error:  # the current pod goes in any case
             self.log.warning("Could not list this task try's pods (%s: %s)", type(error).__name__, error)
         # All at once, the pod waited on first: each delete may be throttled and retried (429 with
-        # Retry-After, up to 5 tries), and one at a time they could outlast ``[triggerer] on_kill_timeout``
-        # before the running pod, the billed one, is reached.
+        # Retry-After), and one at a time they could outlast ``[triggerer] on_kill_timeout`` before the
+        # running pod, the billed one, is reached.
         ordered = [self.pod_name, *sorted(names - {self.pod_name})]
-        await asyncio.gather(*(self._delete_pod(name) for name in ordered))
+        await asyncio.gather(*(self._delete_pod(name, kill) for name in ordered))
 
-    async def _delete_pod(self, name: str) -> None:
+    async def _delete_pod(self, name: str, kill: kill_tasks.Kill) -> None:
         self.log.info("Deleting pod %s in namespace %s.", name, self.pod_namespace)
+        kill.aim(self._pod_ref(name))
         try:
             await cluster.delete(self.watch.connection, "pods", self.pod_namespace, name,
                                  grace_period_seconds=self.termination_grace_period)  # fmt: skip
         except Exception:
             self.log.exception("Could not delete pod %s", name)
+            return
+        kill.stopped(self._pod_ref(name))
+
+    def _pod_ref(self, name: str) -> str:
+        return f"pod {self.pod_namespace}/{name}"
 
     @cached_property
     def watch(self) -> SharedPodWatch:

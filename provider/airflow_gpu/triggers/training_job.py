@@ -56,7 +56,7 @@ from airflow_gpu.spot.training_job import (
     refused,
     to_json,
 )
-from airflow_gpu.triggers import cluster, kill_guard
+from airflow_gpu.triggers import cluster, kill_guard, kill_tasks
 from airflow_gpu.triggers.interruption_log import log_interruptions
 from airflow_gpu.triggers.job_replacement import JobReplacement
 from airflow_gpu.triggers.kubernetes import LOG_TAIL_LINES, STATE_KEY
@@ -345,47 +345,55 @@ class GPUTrainingJobTrigger(BaseTrigger):
 
     async def on_kill(self) -> None:
         """Mark Failed on the deferred task (Airflow 3.3+): the training must not run on, billed."""
-        # Shielded: the trigger runner cancels a removed trigger again at every turn of its loop until
-        # its task ends (``cancel_triggers``), and ``run_trigger`` swallows the cancel that reaches
-        # ``on_kill``: unshielded, a kill slower than one turn (a state read, a throttled delete) was
-        # cut short and the GPU workload ran on, billed.
-        await asyncio.shield(self._kill())
+        # Owned and bounded (``kill_tasks``): the trigger runner cancels a removed trigger again at every
+        # turn of its loop until its task ends, and ``run_trigger`` swallows the cancel that reaches
+        # ``on_kill``: the kill runs on as a task of its own, its deletes retried within the budget.
+        await kill_tasks.run(f"Deleting training Job {self.namespace}/{self.current}", self.log, self._kill)
 
-    async def _kill(self) -> None:
+    async def _kill(self, kill: kill_tasks.Kill) -> None:
         if self._fired or await kill_guard.handed_over(self):  # moved to another triggerer: it follows the Job
             return
         names = {self.current}
+        kill.aim(*self._refs(self.current))
         try:
             names |= {o["metadata"]["name"] for o in await self._objects()}
         except Exception as error:  # the current Job goes in any case
             self.log.warning("Could not list this try's training Jobs (%s)", error)
-        # All at once, the current Job first: each delete may be throttled and retried (429 with Retry-After,
-        # up to 5 tries), and one at a time they could outlast ``[triggerer] on_kill_timeout`` before the
-        # running Job, the billed one, is reached.
+        # All at once, the current Job first: each delete may be throttled and retried (429 with Retry-After),
+        # and one at a time they could outlast ``[triggerer] on_kill_timeout`` before the running Job, the
+        # billed one, is reached.
         ordered = [self.current, *sorted(names - {self.current})]
         for name in ordered:
+            kill.aim(*self._refs(name))
             self.log.info("Deleting training Job %s/%s and its Service", self.namespace, name)
-        await asyncio.gather(*(self._delete_object(kind, name) for name in ordered for kind in ("jobs", "services")))
+        await asyncio.gather(
+            *(self._delete_object(kind, name, kill) for name in ordered for kind in ("jobs", "services"))
+        )
 
-    async def _delete_object(self, plural: str, name: str) -> None:
+    def _refs(self, name: str) -> tuple[str, str]:
+        return f"training Job {self.namespace}/{name}", f"Service {self.namespace}/{name}"
+
+    async def _delete_object(self, plural: str, name: str, kill: kill_tasks.Kill) -> None:
         options = {"propagation_policy": "Foreground"} if plural == "jobs" else {}
         try:
             await cluster.delete(self.connection, plural, self.namespace, name, **options)
         except Exception:
             self.log.exception("Could not delete %s %s", plural[:-1], name)
+            return
+        kill.stopped(self._refs(name)[0 if plural == "jobs" else 1])
 
     async def cleanup(self) -> None:
         """Before Airflow 3.3 the triggerer calls only this, also on a restart: the Job goes only when the
         task is no longer deferred (killed by a person), as the official trigger decides for its pod."""
         if AIRFLOW_V_3_3_PLUS or self._fired:
             return
-        # Shielded: Airflow 3.2's runner cancels the trigger again at every turn of its loop until its
-        # task ends (see GPUPodTrigger.cleanup).
-        await asyncio.shield(self._after_cancel())
+        # Owned and bounded (``kill_tasks``): Airflow 3.2's runner cancels the trigger again at every turn of
+        # its loop until its task ends (see GPUPodTrigger.cleanup).
+        await kill_tasks.run(f"Cleaning up training Job {self.namespace}/{self.current}", self.log, self._after_cancel)
 
-    async def _after_cancel(self) -> None:
+    async def _after_cancel(self, kill: kill_tasks.Kill) -> None:
         deferred = await kill_guard.still_deferred(self)  # in the loop: see kill_guard.still_deferred
         if deferred is None:
             self.log.warning("Could not tell the task's state; the training Job is left running")
         elif not deferred:
-            await self.on_kill()
+            await self._kill(kill)

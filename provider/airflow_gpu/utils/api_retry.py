@@ -8,7 +8,8 @@ up after 5 tries (about 15 s) and counts ``409`` as transient, so a create whose
 is re-sent until it gives up on ``AlreadyExists``. Here a call is asked again for as long as a
 budget of time lasts (``BUDGET_SECONDS``), waiting what ``Retry-After`` says (on 429 and 503, as
 RFC 9110 lets a server say) or an exponential backoff with jitter; ``409`` is the caller's to read
-(``adoption``: a create that succeeded unheard is adopted, never made twice). Both clients: the
+(``adoption``: a create that succeeded unheard is adopted, never made twice). Inside a trigger's
+kill the budget is the kill's, seconds (``retry_deadline``). Both clients: the
 sync one of KPO's worker and the ``kubernetes_asyncio`` one of the triggers, and our own
 ``ApiStatusError`` (``triggers.kubernetes_api``), which carries ``retry_after`` itself.
 """
@@ -22,6 +23,8 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
+
+from airflow_gpu.utils import retry_deadline
 
 #: Statuses worth asking again: throttled (API Priority and Fairness) or a server that failed.
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -90,7 +93,8 @@ class Backoff:
     budget is spent (``next_wait`` is None then, or when the error is not transient)."""
 
     def __init__(self, budget: float | None = None) -> None:
-        self.deadline = time.monotonic() + (BUDGET_SECONDS if budget is None else budget)
+        # Inside a trigger's kill the budget is what its own is left (``retry_deadline``), not minutes.
+        self.deadline = time.monotonic() + retry_deadline.capped(BUDGET_SECONDS if budget is None else budget)
         self.attempt = 0
 
     def next_wait(self, error: BaseException) -> float | None:

@@ -13,7 +13,8 @@ client, can also run out in a long burst and stop botocore's own retries).
 SubmitJob is the exception: Batch has no idempotency token for it, so a SubmitJob whose answer
 was lost (a connection reset, a read timeout, a 5xx from a front end after the service acted) may
 have created the job. Its client retries nothing (``without_retries``); the hook looks the job up
-by name and task-try tags before sending it again (``GPUBatchHook.submit_job_once``).
+by name and task-try tags before sending it again (``GPUBatchHook.submit_job_once``). Inside a
+trigger's kill (``retry_deadline`` set) no round starts past the kill's budget.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from botocore.config import Config
+
+from airflow_gpu.utils import retry_deadline
 
 T = TypeVar("T")
 
@@ -112,7 +115,9 @@ def retry_transient(what: str, call: Callable[[], T], log: Any, rounds: int = RO
         except Exception as error:
             if round_ == rounds or not transient(error):
                 raise
-            wait = pause(round_)
+            wait, remaining = pause(round_), retry_deadline.left()
+            if remaining is not None and wait >= remaining:  # a trigger's kill: its budget is spent
+                raise
             log.warning(
                 "%s failed transiently (%s: %s); trying again in %.1f s", what, type(error).__name__, error, wait
             )

@@ -312,6 +312,14 @@ class BatchEmulator:
         self.faults.append({"fault": kind, "operation": operation, "times": times, "rate": rate, "seed": seed})
         return armed
 
+    def list_lag(self, seconds: float) -> None:
+        """From now on a job is missing from ListJobs until ``seconds`` after it was submitted (0: listed at
+        once, moto's way). ListJobs is eventually consistent on AWS: a client that looks a just-submitted
+        job up by name (a SubmitJob whose answer was lost) may not find it yet. DescribeJobs by id is
+        not delayed."""
+        self.driver.backend.emulator_list_lag = float(seconds)
+        self.faults.append({"fault": "list_lag", "seconds": float(seconds)})
+
     def jobs(self) -> list[Any]:
         """The submitted jobs: no array children (``<id>:<i>``), no multi-node parallel nodes (``<id>#<n>``)."""
         return [j for j in self.driver.backend._jobs.values() if ":" not in j.job_id and "#" not in j.job_id]

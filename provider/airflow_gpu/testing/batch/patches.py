@@ -13,12 +13,16 @@ emulator of a process starts and removed when the last one stops (``apply`` / ``
   leaves them out, SubmitJob drops ``nodeOverrides`` and ListJobs ignores ``multiNodeJobId``. Here
   RegisterJobDefinition and SubmitJob refuse what AWS refuses (``multinode.py``), a multinode job is
   a ``MultiNodeJob`` (``nodes.py``) the driver runs node by node, and ListJobs lists its nodes.
+* ListJobs is eventually consistent on AWS: a job just submitted may be missing from it for a while.
+  moto lists it at once; with the emulator's ``list_lag`` (kept on the backend as
+  ``emulator_list_lag``) a job is left out of ListJobs until that many seconds after its creation.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+from datetime import datetime, timedelta
 from typing import Any
 
 from moto.batch.exceptions import ClientException
@@ -169,12 +173,28 @@ def listjobs(self: Any) -> str:
     parent_id = self._get_param("multiNodeJobId")
     if not parent_id:
         answer: str = _original[(BatchResponse, "listjobs")](self)
-        return answer
+        return _without_recent(self.batch_backend, answer)
     parent = self.batch_backend.get_job_by_id(parent_id)
     nodes = list(parent.nodes.values()) if isinstance(parent, MultiNodeJob) else []
     status = self._get_param("jobStatus")
     shown = [node.describe_short() for node in nodes if status is None or node.status == status]
     return json.dumps({"jobSummaryList": shown})
+
+
+def _without_recent(backend: Any, answer: str) -> str:
+    """ListJobs' answer without the jobs created less than the backend's ``emulator_list_lag`` seconds ago."""
+    lag = float(getattr(backend, "emulator_list_lag", 0.0) or 0.0)
+    if lag <= 0:
+        return answer
+    listed = json.loads(answer)
+    since = datetime.now() - timedelta(seconds=lag)  # moto's job_created_at: a naive local datetime.now()
+
+    def shown(summary: dict[str, Any]) -> bool:
+        job = backend._jobs.get(summary.get("jobId"))
+        return job is None or job.job_created_at <= since
+
+    listed["jobSummaryList"] = [s for s in listed.get("jobSummaryList") or [] if shown(s)]
+    return json.dumps(listed)
 
 
 def cancel_job(self: Any, job_id: str, reason: str) -> None:
