@@ -38,6 +38,7 @@ def test_refused_is_infrastructure_that_is_not_transient_with_the_latest_message
     events = ['Error creating: pods "j-1-aaaaa" is forbidden: old', 'Error creating: pods "j-1-b" is forbidden: new']
     result = refused("j", 1, 2, 120, events)
     assert result.outcome is Outcome.INFRASTRUCTURE and not result.interrupted and result.reason == "FailedCreate"
-    assert result.message.endswith(events[-1]) and "1 of 2 machines of Job j" in result.message
+    assert f"{events[-1]}; ask the cluster's administrators" in result.message  # the words, then what to do
+    assert "1 of 2 machines of Job j" in result.message
     assert "startup_timeout_seconds=120" in result.message
     assert "no FailedCreate event" in refused("j", 2, 2, 120, []).message

@@ -22,7 +22,7 @@ import contextlib
 import json
 from collections.abc import Mapping, Sequence
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 try:
     from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import add_unique_suffix
@@ -44,18 +44,19 @@ from airflow_gpu.accelerators.shared_memory import SharedMemory
 from airflow_gpu.accelerators.spec import Accelerator, parse_candidates
 from airflow_gpu.images.selection import resolve_image
 from airflow_gpu.links.profile import GPUProfileLink
-from airflow_gpu.operators.gpu_profile import check_interval, profiled_by_default, publish_profile
+from airflow_gpu.operators import kubernetes_profiler
+from airflow_gpu.operators.gpu_profile import check_interval, profiled_by_default
 from airflow_gpu.operators.kubernetes_pod import STATE_ANNOTATION, dress, placement
-from airflow_gpu.operators.kubernetes_reads import ClusterReads, RetryingPodManager
+from airflow_gpu.operators.kubernetes_reads import ClusterReads, RetryingPodManager, lost_create
 from airflow_gpu.operators.kubernetes_resume import PodDeferral
 from airflow_gpu.operators.retry_handover import live
 from airflow_gpu.operators.spot_task import bad_result, fail, publish
+from airflow_gpu.spot import admission
 from airflow_gpu.spot.classifier import Classification, Outcome, classify_deleted_pod, classify_pod
 from airflow_gpu.spot.policy import Capacity, SpotPolicy
 from airflow_gpu.spot.run import SpotRun
 from airflow_gpu.triggers.interruption_log import log_interruptions
 from airflow_gpu.triggers.kubernetes import LAST_SEEN_KEY, NEXT_KEY, STATE_KEY
-from airflow_gpu.triggers.pod_replacement import same_task_try
 from airflow_gpu.utils.api_retry import call
 from airflow_gpu.utils.kubernetes import to_dict
 from airflow_gpu.utils.pod_identity import identity_mismatch
@@ -85,7 +86,8 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
     :param gpu_profile: sample the GPUs while the pod runs (default: on for NVIDIA GPUs); the
         summary, advice and cost go to XCom ``gpu_profile`` and the GPU Profile page. It wraps
         ``cmds``, so it needs them (an image's own entrypoint cannot be wrapped) and a python3 in
-        the image (without one the pod runs unprofiled).
+        the image; an image without ``/bin/sh`` starts it with python3 alone, one without python3
+        runs unprofiled (``kubernetes_profiler``).
     :param profile_interval: seconds between samples (0.05 to 60).
 
     Any ``KubernetesPodOperator`` argument works too. ``container_resources``, ``tolerations``,
@@ -140,6 +142,8 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
         self._output: WorkloadOutput | None = None  # what the ended pod's log held
         self._unread: str | None = None  # why its log could not be read
         self._dropped: k8s.V1Pod | None = None  # the pod KPO's _clean found gone
+        self._ended: dict[str, Any] | None = None  # the ended pod as last read, for ``kubernetes_profiler``
+        self._forms_recalled = False  # the profiler forms of earlier tries were read (``kubernetes_profiler``)
         self._defer_context: Context | None = None  # while KPO's invoke_defer_method runs
 
     @property
@@ -214,9 +218,11 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
         try:
             pod: k8s.V1Pod = super().get_or_create_pod(pod_request_obj, context)
         except ApiException as error:
+            if error.status == 403:  # refused at admission: one line, decided by the policy
+                self._refused(context, error, pod_request_obj.metadata.namespace)
             if error.status != 409:
                 raise
-            if (ours := self._lost_create(pod_request_obj, context)) is not None:
+            if (ours := lost_create(self, pod_request_obj, context)) is not None:
                 pod = ours
                 self.spot_run.submitted(pod.metadata.name)
                 return pod
@@ -230,26 +236,14 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
         self.spot_run.submitted(pod.metadata.name)
         return pod
 
-    def _lost_create(self, wanted: k8s.V1Pod, context: Context) -> k8s.V1Pod | None:
-        """The pod of the wanted name when this task try made it: a create served whose response was lost (a
-        reset after the API server wrote), which the retry then met as 409. None: another's, or gone."""
-        namespace, name = wanted.metadata.namespace, wanted.metadata.name
-        try:
-            found = call(lambda: self.client.read_namespaced_pod(name, namespace), f"reading pod {name}", log=self.log)
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-        want = to_dict(wanted)
-        want["metadata"]["labels"] = {**(want["metadata"].get("labels") or {}),
-                                      **self._get_ti_pod_labels(context)}  # fmt: skip
-        if same_task_try(to_dict(found), want) is not None or found.metadata.deletion_timestamp is not None:
-            return None
-        self.log.warning("Pod %s/%s exists and is this try's: its create was served but the answer lost; following it",
-                         namespace, name)  # fmt: skip
-        if self.reattach_on_restart:
-            self._persist_pod_identity_to_task_state_store(context, found)
-        return wanted  # KPO follows the pod it asked for, as after its own create
+    def _refused(self, context: Context, error: ApiException, namespace: str | None) -> NoReturn:
+        """The API server would not create the pod (a ResourceQuota, LimitRange, PodSecurity, a webhook, RBAC):
+        the task fails with its words, the namespace, the quota and what to do (``spot.admission``), not KPO's
+        dump of the exception; the policy decides (no spot budget spent, Airflow's retries apply)."""
+        refusal = admission.read(admission.status_message(error.body) or str(error.reason), namespace)
+        decision = self.spot_run.finish(admission.refused_pod(refusal))
+        publish(context, self.spot_run, None)
+        fail(self.spot_run, decision)
 
     def cleanup(
         self,
@@ -280,7 +274,7 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
             super().cleanup(pod, remote_pod, xcom_result, context)
 
     def _classify(self, pod: k8s.V1Pod) -> None:
-        current = self.reads.pod(pod)
+        self._ended = current = self.reads.pod(pod)
         if current is None:  # gone: a node reclaim, or deleted by a person while its node stayed
             last_seen = to_dict(pod)
             self._outcome = classify_deleted_pod(last_seen, self._node_stays(pod.spec.node_name if pod.spec else None))
@@ -305,26 +299,20 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
         return self.reads.node_stays(node)
 
     def _publish_profile(self, context: Context, pod_name: str | None, node: str | None) -> None:
-        if self.gpu_profile:
-            instance_type, capacity = self.reads.node_facts(node)
-            output, unread = self._output, self._unread
-            if not self.cmds:  # see kubernetes_pod: the image's own entrypoint ran, unprofiled
-                output, unread = None, "the pod ran the image's own entrypoint (no `cmds`), which cannot be wrapped"
-            publish_profile(
-                context, output, run=self.spot_run, accelerator=self.accelerator, workload=pod_name,
-                instance_type=instance_type, capacity=capacity, log=self.log, unread=unread,
-            )  # fmt: skip
+        kubernetes_profiler.publish(self, context, pod_name, node)
 
     def execute_sync(self, context: Context) -> Any:
         while True:
             if self._killed:  # on_kill between two pods: no new one
                 raise AirflowException("the task was killed; no new pod is submitted")
-            self._outcome, self._output, self._unread = None, None, UNREAD
+            self._outcome, self._output, self._unread, self._ended = None, None, UNREAD, None
             try:
                 result = super().execute_sync(context)
             except AirflowSkipException:  # skip_on_exit_code: KPO's answer stands
                 raise
             except Exception as error:  # classified below; anything unclassified is re-raised
+                if not self._killed and kubernetes_profiler.fall_back(self, context, self._ended):
+                    continue  # the image cannot start the profiler's wrapper: the same pod, another way
                 if self._outcome is None or self._killed or self._outcome.outcome is Outcome.SUCCEEDED:
                     raise
                 self._after_failure(context, self._outcome, error)
@@ -340,7 +328,7 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
             with contextlib.suppress(ApiException):
                 self._restore_from_pod(self.client.read_namespaced_pod(event["name"], event["namespace"]))
         self.spot_run.submitted(event["name"])
-        self._outcome = self._dropped = self._output = None
+        self._outcome = self._dropped = self._output = self._ended = None
         self._unread = UNREAD
         self._replay_trigger_pods(context, event, deferred)  # KPO's callbacks and events for the trigger's pods
         if event.get(NEXT_KEY):  # the trigger recorded the pod's end and decided, but could not create the next
@@ -360,6 +348,9 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
             self.execute_async(context)  # a new pod, and defer again
             return None
         except Exception as error:
+            if not self._killed and kubernetes_profiler.fall_back(self, context, self._ended):
+                self.execute_async(context)  # the image cannot start the profiler's wrapper: another way
+                return None
             if self._outcome is None and self._dropped is not None:  # gone (404) while KPO waited for it
                 self._outcome = classify_deleted_pod(to_dict(self._dropped), None)
             if self._outcome is None or self._killed or self._outcome.outcome is Outcome.SUCCEEDED:

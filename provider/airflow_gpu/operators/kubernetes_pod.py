@@ -19,7 +19,8 @@ from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import add_un
 from kubernetes.client import models as k8s
 
 from airflow_gpu.accelerators.kubernetes import KubernetesPlacement, to_kubernetes
-from airflow_gpu.operators.gpu_profile import ENV_SPOT_NOTICE, profiler_environment, wrapped
+from airflow_gpu.operators import kubernetes_profiler
+from airflow_gpu.operators.gpu_profile import ENV_SPOT_NOTICE, profiler_environment
 from airflow_gpu.spot.policy import Capacity
 from airflow_gpu.triggers.pod_replacement import SPOT_NOTICE_PATH, notice_hook
 from airflow_gpu.utils.kubernetes import add_placement
@@ -56,9 +57,9 @@ def dress(op: GPUKubernetesOperator, pod: k8s.V1Pod, context: Context | None) ->
     pod.metadata.name = _pod_name(op, pod.metadata.name, context)
     notice_file = SPOT_NOTICE_PATH.format(pod=pod.metadata.name)
     env = {**run.environment(), ENV_SPOT_NOTICE: notice_file}
-    if op.gpu_profile:
+    if op.gpu_profile:  # in the form the image needs (``kubernetes_profiler``), with what that form reads
         env |= profiler_environment(op.profile_interval, run.capacity)
-        _wrap(op, container)
+        env |= kubernetes_profiler.wrap(op, container, context)
     kept = [e for e in container.env or [] if e.name not in env]  # every variable once
     container.env = [*kept, *(k8s.V1EnvVar(name=k, value=v) for k, v in env.items())]
     if container.lifecycle is None:
@@ -73,15 +74,6 @@ def dress(op: GPUKubernetesOperator, pod: k8s.V1Pod, context: Context | None) ->
     state = json.dumps(run.to_json())
     pod.metadata.annotations = {**(pod.metadata.annotations or {}), STATE_ANNOTATION: state}
     return pod
-
-
-def _wrap(op: GPUKubernetesOperator, container: k8s.V1Container) -> None:
-    """The base container's command under the profiler; the image's own entrypoint cannot be wrapped."""
-    if not container.command:
-        op.log.warning("gpu_profile needs `cmds`: the image's own entrypoint cannot be wrapped; not profiling")
-        return
-    container.command = wrapped([*container.command, *(container.args or [])], op.profile_interval)
-    container.args = None
 
 
 def _pod_name(op: GPUKubernetesOperator, built: str, context: Context | None) -> str:

@@ -19,8 +19,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import PodLaunchFailedException
 from airflow.providers.cncf.kubernetes.utils.pod_manager import PodManager
 from kubernetes.client import models as k8s
 from kubernetes.client.exceptions import ApiException
@@ -28,9 +29,16 @@ from kubernetes.client.exceptions import ApiException
 from airflow_gpu.hooks.kubernetes import cluster_gpu_capacity, node_capacity_type
 from airflow_gpu.spot.classifier import node_stays
 from airflow_gpu.spot.node_access import say_nodes_unreadable
+from airflow_gpu.spot.start_failure import missing_program
+from airflow_gpu.triggers.pod_replacement import same_task_try
 from airflow_gpu.utils.api_retry import call
 from airflow_gpu.utils.kubernetes import to_dict
 from airflow_gpu.utils.results import WorkloadOutput, read_output
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_gpu.operators.kubernetes import GPUKubernetesOperator
 
 LOG = logging.getLogger(__name__)
 
@@ -46,10 +54,24 @@ class RetryingPodManager(PodManager):
     def delete_pod(self, pod: k8s.V1Pod) -> None:
         call(lambda: _unwrapped(PodManager.delete_pod)(self, pod), f"deleting pod {_name(pod)}", log=self.log)
 
+    _starting = False  # within ``await_pod_start``
+
     def read_pod(self, pod: k8s.V1Pod) -> k8s.V1Pod:
         read: k8s.V1Pod = call(lambda: _unwrapped(PodManager.read_pod)(self, pod), f"reading pod {_name(pod)}",
                                log=self.log)  # fmt: skip
+        if self._starting and read.status is not None and read.status.phase == "Pending":
+            for status in read.status.container_statuses or []:  # CRI-O keeps it Pending, retrying for ever
+                if program := missing_program(to_dict(read), status.name):
+                    raise PodLaunchFailedException(f"container {status.name} cannot start: its image has no {program}")
         return read
+
+    async def await_pod_start(self, pod: k8s.V1Pod, *args: Any, **kwargs: Any) -> None:
+        """KPO's wait for the pod to start, which also ends when a container's image lacks its first program."""
+        self._starting = True
+        try:
+            await super().await_pod_start(pod, *args, **kwargs)
+        finally:
+            self._starting = False
 
     def read_pod_logs(self, pod: k8s.V1Pod, container_name: str, *args: Any, **kwargs: Any) -> Any:
         what = f"reading the log of pod {_name(pod)}"
@@ -153,3 +175,24 @@ class ClusterReads:
         if not offered:
             return "\nThe cluster offers no GPUs."
         return "\nThe cluster offers:" + "".join(f"\n  - {c}" for c in offered)
+
+
+def lost_create(op: GPUKubernetesOperator, wanted: k8s.V1Pod, context: Context) -> k8s.V1Pod | None:
+    """The pod of the wanted name when this task try made it: a create served whose response was lost (a
+    reset after the API server wrote), which the retry then met as 409. None: another's, or gone."""
+    namespace, name = wanted.metadata.namespace, wanted.metadata.name
+    try:
+        found = call(lambda: op.client.read_namespaced_pod(name, namespace), f"reading pod {name}", log=op.log)
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+    want = to_dict(wanted)
+    want["metadata"]["labels"] = {**(want["metadata"].get("labels") or {}), **op._get_ti_pod_labels(context)}
+    if same_task_try(to_dict(found), want) is not None or found.metadata.deletion_timestamp is not None:
+        return None
+    op.log.warning("Pod %s/%s exists and is this try's: its create was served but the answer lost; following it",
+                   namespace, name)  # fmt: skip
+    if op.reattach_on_restart:
+        op._persist_pod_identity_to_task_state_store(context, found)
+    return wanted  # KPO follows the pod it asked for, as after its own create

@@ -25,6 +25,7 @@ from typing import Any
 
 from airflow_gpu.spot.classifier import Classification, Outcome
 from airflow_gpu.spot.policy import SpotPolicy
+from airflow_gpu.spot.start_failure import program_named
 
 RECLAIM_PREFIX = "Host EC2"
 #: Container reasons (the part before ``:``) that mean Batch/ECS could not run the container.
@@ -135,12 +136,6 @@ def start_failure_is_transient(reason: str) -> bool:
     return INFRASTRUCTURE_REASONS.get(kind, False)
 
 
-#: runc's refusal to execute the container's first program (Docker's wording, as ECS passes it on).
-EXEC_FAILURE = re.compile(
-    r'exec: "(?P<program>[^"]+)": (?:stat [^:]+: no such file or directory|executable file not found in \$PATH)'
-)
-
-
 def missing_program(job: Mapping[str, Any]) -> str | None:
     """The program a FAILED job's container could not execute at its start (``/bin/sh`` in a
     distroless image), from its last attempt's reason; None for any other ending."""
@@ -150,8 +145,7 @@ def missing_program(job: Mapping[str, Any]) -> str | None:
     reason = str((attempts[-1].get("container") or {}).get("reason") or "")
     if not reason.startswith("CannotStartContainerError"):
         return None
-    match = EXEC_FAILURE.search(reason)
-    return match.group("program") if match else None
+    return program_named(reason)  # runc's words, as ECS passes Docker's error on
 
 
 def classify_attempt(attempt: Mapping[str, Any]) -> Classification:

@@ -15,6 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from airflow_gpu.spot.classifier import Classification, Outcome
 
+#: ``Classification.reason`` of a workload the API server refused at admission (``spot.admission``): a
+#: single pod's create, or a training Job's ranks (the Job controller's ``FailedCreate`` events).
+REFUSALS = frozenset({"AdmissionRefused", "FailedCreate"})
+
 Capacity = Literal["spot", "on-demand", "spot-if-available"]
 
 
@@ -133,6 +137,14 @@ def next_step(
             f"the application failed ({result.message or result.reason}); not a preemption, so it is not resubmitted"
             + ("" if policy.retry_on_app_failure else " and Airflow retries are skipped (retry_on_app_failure=False)"),
             retry_allowed=policy.retry_on_app_failure,
+        )
+    if result.outcome is Outcome.INFRASTRUCTURE and result.reason in REFUSALS:
+        return Decision(
+            "fail",
+            placement,
+            f"{result.message}. Not resubmitted and no spot budget spent: a refusal at admission is not a "
+            "preemption, and no other accelerator or capacity changes what the namespace admits; Airflow's "
+            "retries apply (a quota held by other pods can free up)",
         )
     if result.outcome is Outcome.INFRASTRUCTURE:
         return Decision(

@@ -99,6 +99,9 @@ class SpotRun:
     seen: set[str] = field(default_factory=set)
     #: The current workload: Batch job id or pod name.
     workload: str | None = None
+    #: Image -> the profiler's wrapper form its pods start with, where it is not the first
+    #: (``profiling.wrapper_forms``: an image without ``/bin/sh`` starts it with python3, or not at all).
+    profiler_forms: dict[str, str] = field(default_factory=dict)
     #: The interruptions the last ``finish`` recorded (for the task log; not part of the state).
     recorded: list[dict[str, Any]] = field(default_factory=list, compare=False)
 
@@ -138,7 +141,7 @@ class SpotRun:
             "interruptions": list(self.interruptions),
             "seen": sorted(self.seen),
             "workload": self.workload,
-        }
+        } | ({"profiler_forms": dict(self.profiler_forms)} if self.profiler_forms else {})
 
     def restore(self, state: Mapping[str, Any]) -> str | None:
         """Take a saved state back; returns why it was ignored (the DAG changed), else None.
@@ -165,6 +168,7 @@ class SpotRun:
         self.interruptions = [dict(i) for i in state.get("interruptions") or []]
         self.seen = set(state.get("seen") or [])
         self.workload = state.get("workload")
+        self.profiler_forms = {str(k): str(v) for k, v in (state.get("profiler_forms") or {}).items()}
         return None
 
     # --- what the workload and the readers see --------------------------------------------

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from airflow_gpu.spot import admission
 from airflow_gpu.spot.classifier import Classification, Outcome, classify_deleted_pod, classify_pod
 
 #: The label and annotation the Job controller puts on each pod: its completion index, the machine rank.
@@ -337,11 +338,12 @@ def refused(name: str, missing: int, expected: int, timeout: float, events: Iter
     placement changes a namespace's quota or policy, so it is infrastructure that is not transient."""
     messages = list(events)
     why = messages[-1] if messages else "no FailedCreate event of the Job says why (events expire after an hour)"
+    step = f"; {admission.read(why, None).what_to_do()}" if messages else ""
     return Classification(
         Outcome.INFRASTRUCTURE,
         FAILED_CREATE,
         f"{missing} of {expected} machines of Job {name} were not created for longer than "
-        f"startup_timeout_seconds={timeout:g}: {why}",
+        f"startup_timeout_seconds={timeout:g}: {why}{step}",
     )
 
 

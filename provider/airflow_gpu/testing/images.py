@@ -11,7 +11,9 @@ own) and its ``Cmd`` is ``true``: a job that names no command ends at once, succ
 What the runtime does with that argv is what runc reports (``start_error``): a program the image
 lacks cannot be executed, worded as ECS passes Docker's error on for AWS Batch
 (``CannotStartContainerError: ... exec: "/bin/sh": stat /bin/sh: no such file or directory``, or
-``exec: "python3": executable file not found in $PATH`` for a name looked up in ``PATH``). Inside
+``exec: "python3": executable file not found in $PATH`` for a name looked up in ``PATH``), or as
+containerd's CRI passes it to the kubelet (``containerd_start_error``: the container's terminated state
+``StartError``, exit code 128, on Kubernetes). Inside
 the container, ``PATH`` leads to the host's programs less the missing ones (``container_path``),
 so that a shell script's ``command -v python3`` sees what the image has.
 
@@ -86,13 +88,29 @@ def pull_error(image: str) -> str:
     return f"CannotPullContainerError: Error response from daemon: manifest for {image} not found: manifest unknown"
 
 
+def _exec_failure(program: str) -> str:
+    """runc's own words for a first program the image does not have (a path, or a name looked up in PATH)."""
+    if "/" in program:
+        return f'exec: "{program}": stat {program}: no such file or directory'
+    return f'exec: "{program}": executable file not found in $PATH'
+
+
 def start_error(program: str) -> str:
     """runc's refusal to execute ``program``, which the image does not have, as Batch reports it."""
-    if "/" in program:
-        detail = f'exec: "{program}": stat {program}: no such file or directory'
-    else:
-        detail = f'exec: "{program}": executable file not found in $PATH'
-    return f"{RUNC_PREFIX}{detail}: unknown"
+    return f"{RUNC_PREFIX}{_exec_failure(program)}: unknown"
+
+
+#: containerd's CRI wording of the same refusal (``StartContainer``), as the kubelet shows it.
+CONTAINERD_PREFIX = (
+    "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed: "
+    "unable to start container process: "
+)
+
+
+def containerd_start_error(program: str) -> str:
+    """runc's refusal to execute ``program`` as containerd reports it to the kubelet: the message of the
+    container's terminated state (reason ``StartError``, exit code 128) and of its ``Failed`` event."""
+    return f"{CONTAINERD_PREFIX}{_exec_failure(program)}: unknown"
 
 
 class ImageSet:
@@ -117,6 +135,10 @@ class ImageSet:
 
     def get(self, reference: str) -> Image:
         return self._images.get(normalized(reference), UNDECLARED)
+
+    def declared(self, reference: str) -> bool:
+        """Whether ``reference`` was declared (an undeclared image lacks nothing and has no ENTRYPOINT)."""
+        return normalized(reference) in self._images
 
     def argv(self, reference: str, command: Iterable[str]) -> list[str]:
         """What the container runs: ENTRYPOINT + (command or Cmd), the image's files at their host paths."""

@@ -37,6 +37,7 @@ from airflow.providers.cncf.kubernetes.utils.pod_manager import (
 from airflow.providers.cncf.kubernetes.version_compat import AIRFLOW_V_3_3_PLUS
 from airflow.triggers.base import TriggerEvent
 
+from airflow_gpu.spot.start_failure import missing_program
 from airflow_gpu.triggers import cluster, kill_guard, kill_tasks
 from airflow_gpu.triggers.cluster import ClusterConnection
 from airflow_gpu.triggers.kubernetes_api import PodState
@@ -236,6 +237,8 @@ class GPUPodTrigger(PodCarryOn, KubernetesPodTrigger):
                 error_message = detect_pod_terminate_early_issues(pod)
                 if error_message:
                     raise PodLaunchFailedException(error_message)
+                if program := missing_program(state.pod, self.base_container_name):  # CRI-O: Pending for ever
+                    raise PodLaunchFailedException(f"the container cannot start: its image has no {program}")
             now = time.monotonic()
             if scheduled_at is not None and now - scheduled_at >= self.startup_timeout:
                 raise PodLaunchTimeoutException(

@@ -86,9 +86,15 @@ class PodCarryOn:
         trigger = _trigger(self)
         ended = replacement.run.to_json()  # what the worker decides from, if it is the last pod
         final = {**payload, STATE_KEY: ended}
-        if payload.get("status") in ("success", "error") or trigger._past_deadline():
-            return final
         last = payload.get(LAST_SEEN_KEY) or trigger._last_seen
+        if trigger._past_deadline():
+            return final
+        if payload.get("status") in ("failed", "error") and (note := replacement.wrapper_fallback(last)):
+            trigger.log.warning("GPU profile: pod %s could not start (%s); starting it again", trigger.pod_name, note)
+            pending = ((last or {}).get("status") or {}).get("phase") not in ("Succeeded", "Failed")  # CRI-O's
+            return await self._next_pod(replacement, ended, final, last, replacement.delete_ended or pending)
+        if payload.get("status") in ("success", "error"):
+            return final
         deleted = trigger._gone is not None
         node = ((last or {}).get("spec") or {}).get("nodeName")
         result = replacement.classify(last, deleted, await trigger._node_stays(node) if deleted else None)
@@ -100,11 +106,20 @@ class PodCarryOn:
         if decision.action != "resubmit":
             replacement.run.restore(ended)  # the worker records it and fails, as for any last pod
             return final
+        await trigger._write_log(trigger.pod_name)
+        log_interruptions(trigger.log, replacement.run, decision, trigger.pod_name)
+        delete = replacement.delete_ended or result.outcome is Outcome.UNSCHEDULABLE
+        return await self._next_pod(replacement, ended, final, last, delete)
+
+    async def _next_pod(
+        self, replacement: PodReplacement, ended: dict[str, Any], final: dict[str, Any], last: Any, delete: bool
+    ) -> dict[str, Any] | None:
+        """The ended pod deleted (``delete``) and the run's next pod created: None, or the event for the worker
+        when either cannot be done (``ended``: the run's state before the decision, ``final``: its event)."""
+        trigger = _trigger(self)
         ended_pod = trigger.pod_name
-        await trigger._write_log(ended_pod)
-        log_interruptions(trigger.log, replacement.run, decision, ended_pod)
         try:
-            if replacement.delete_ended or result.outcome is Outcome.UNSCHEDULABLE:
+            if delete:
                 await trigger._delete(ended_pod)
         except Exception as error:  # the pod is there still: the worker judges it, as any last pod
             trigger.log.warning("Could not delete pod %s (%s: %s)", ended_pod, type(error).__name__, error)

@@ -20,14 +20,17 @@ by pod name, so a replay counts each once.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from airflow_gpu.profiling import wrapper_forms
 from airflow_gpu.spot.classifier import Classification, Outcome, classify_deleted_pod, classify_pod, pod_ended_at
 from airflow_gpu.spot.policy import Decision, SpotPolicy
 from airflow_gpu.spot.run import SpotRun
+from airflow_gpu.spot.start_failure import missing_program, names_program
 from airflow_gpu.utils.manifest_delta import apply
 
 #: Stands for the pod's name in the carried manifests: ``metadata.name`` and the notice path only.
@@ -90,6 +93,22 @@ class PodReplacement:
         self.run.submitted(pod_name)
         return self.run.finish(result, location=node, identity=pod_name, ended_at=[pod_ended_at(last_seen)])
 
+    def wrapper_fallback(self, last_seen: Mapping[str, Any] | None) -> str | None:
+        """The pod could not start because its image lacks the profiler wrapper's program (``/bin/sh`` in a
+        distroless image): the run moves that image to the next form (``profiling.wrapper_forms``) and will
+        start the same pod again, no interruption counted. Returns the note for the task's log; None for
+        any other end."""
+        program = missing_program(last_seen, self.base_container)
+        if program is None:
+            return None
+        base = next(c for c in self._current()["spec"]["containers"] if c.get("name") == self.base_container)
+        image, form = str(base.get("image")), wrapper_forms.form_of(base.get("command"))
+        if form is None or not names_program(program, form):
+            return None
+        self.run.profiler_forms[image] = wrapper_forms.next_form(form)
+        self.run.resubmit_unchanged()
+        return f"its image has no {program}; {wrapper_forms.note(image, self.run.profiler_forms[image])}"
+
     def replaceable(self, result: Classification) -> bool:
         """Whether the trigger may act on its own: interruptions and missing capacity, not the pod's end."""
         return result.outcome is Outcome.UNSCHEDULABLE or result.interrupted
@@ -103,12 +122,21 @@ class PodReplacement:
     def next_name(self) -> str:
         return submission_name(self.first_name, self.run.submissions)
 
-    def manifest(self, name: str) -> dict[str, Any]:
-        """The pod of the run's current placement, named, with the run's environment and state."""
+    def _current(self) -> dict[str, Any]:
+        """The carried pod of the run's current placement, its base container in the form its image needs."""
         key = placement_key(self.run.placement.candidate, self.run.placement.capacity)
         if key not in self.deltas and key != self.base_key:
             raise KeyError(f"no pod was carried for placement {key}; carried: {sorted([self.base_key, *self.deltas])}")
-        pod = named(self.base if key == self.base_key else apply(self.base, self.deltas[key]), name, self.first_name)
+        pod = copy.deepcopy(self.base) if key == self.base_key else apply(self.base, self.deltas[key])
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            if container.get("name") == self.base_container:
+                form = wrapper_forms.recorded(self.run.profiler_forms, str(container.get("image")))
+                wrapper_forms.rewrap(container, form)
+        return pod
+
+    def manifest(self, name: str) -> dict[str, Any]:
+        """The pod of the run's current placement, named, with the run's environment and state."""
+        pod = named(self._current(), name, self.first_name)
         metadata = pod.setdefault("metadata", {})
         for server_owned in ("uid", "resourceVersion", "creationTimestamp"):
             metadata.pop(server_owned, None)

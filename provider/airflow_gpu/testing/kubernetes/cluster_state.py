@@ -15,12 +15,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from airflow_gpu.testing.images import ImageSet
 from airflow_gpu.testing.kubernetes import admission, config_data, dns, services, volumes
 from airflow_gpu.testing.kubernetes.api_faults import ApiFaults
 from airflow_gpu.testing.kubernetes.cluster import ClusterSpec, NodeSpec
 from airflow_gpu.testing.kubernetes.deletion import DeleteOptions, GarbageCollector, deletion_status
 from airflow_gpu.testing.kubernetes.device_plugin import DevicePlugin
-from airflow_gpu.testing.kubernetes.images import ImageRegistry, wait_for_images
+from airflow_gpu.testing.kubernetes.images import START_ERROR_REASON, ImageRegistry, wait_for_images
 from airflow_gpu.testing.kubernetes.job_controller import DEFAULT_BACKOFF_SECONDS, JobController
 from airflow_gpu.testing.kubernetes.job_spec import default_job, job_invalid, validate_job, validate_job_update
 from airflow_gpu.testing.kubernetes.kubelet import PodRun, container_id, container_status, simulation
@@ -115,6 +116,8 @@ class ClusterState:
         self._events: dict[tuple[str, str, str, str], str] = {}
         self.service_accounts = ServiceAccountController(self.store)
         self.images = ImageRegistry(cluster.missing_images)
+        #: What declared images hold (``testing.images``): ENTRYPOINT, Cmd, the programs they lack.
+        self.image_configs = ImageSet()
         for namespace in ("default", "kube-system", "kube-public"):
             self.store.create(
                 "namespaces", "", {"metadata": {"name": namespace}, "spec": {}, "status": {"phase": "Active"}}
@@ -283,6 +286,7 @@ class ClusterState:
         run = PodRun(pod)
         run.gpu_env = self.devices.allocate(pod, node_name, lambda: Path(run.workdir))
         run.resolves = lambda consumer, value: dns.resolves(self.store, consumer, value)
+        run.images = self.image_configs
         self.runs[(namespace, name)] = run
         run.task = asyncio.get_running_loop().create_task(self._run_pod(namespace, name, run))
 
@@ -398,6 +402,8 @@ class ClusterState:
                     namespace, name, container, {"running": {"startedAt": timestamp()}}, init=False
                 )
             state = await starting
+            if state.get("reason") == START_ERROR_REASON:  # the kubelet's FailedToStartContainer
+                self.record_event(current, "Warning", "Failed", f"Error: {state.get('message')}", "kubelet")
             self._set_container_state(namespace, name, container, {"terminated": state}, init=False)
 
         if not run.terminating and await wait_for_images(self, namespace, name, run, pod["spec"]["containers"], False):

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from airflow_gpu.testing.images import Image
 from airflow_gpu.testing.kubernetes.api import build_app
 from airflow_gpu.testing.kubernetes.api_faults import ApiFault
 from airflow_gpu.testing.kubernetes.cluster import ClusterSpec, NodeSpec
@@ -263,6 +264,12 @@ class KubernetesEmulator:
 
     def clear_api_faults(self) -> None:
         self._state().api_faults.clear()
+
+    def declare_image(self, reference: str, image: Image) -> None:
+        """What ``reference`` holds, as its registry config and file system say (``testing.images.Image``):
+        its containers then run as containerd runs them, and fail to start as it reports (a distroless image
+        has no ``/bin/sh``: ``images.distroless()``)."""
+        self._state().image_configs.declare(reference, image)
 
     def compact_history(self) -> str:
         """Compact the history as etcd does: a watch from an earlier resourceVersion gets ``410 Expired``."""

@@ -1,7 +1,9 @@
 """The kubelet: each container of a bound pod runs as a local process.
 
 Images are not pulled; the container's ``command`` + ``args`` (or ``args`` alone when there is no
-command, since there is no image entrypoint to prepend) must exist on this machine. Output goes to
+command, since there is no image entrypoint to prepend) must exist on this machine. An image declared
+to the cluster (``images.started_argv``) brings its ENTRYPOINT and Cmd, its PATH without the programs
+it lacks, and containerd's ``StartError`` for a first program it does not have. Output goes to
 the pod log, exit codes to the container statuses, and deletion sends SIGTERM to the container's
 main process, then SIGKILL to all its processes when the grace period is over, as the real
 kubelet does.
@@ -38,8 +40,10 @@ from typing import Any
 
 from airflow_gpu.testing.containers import kill_container
 from airflow_gpu.testing.gpus import with_devices
+from airflow_gpu.testing.images import ImageSet
 from airflow_gpu.testing.kubernetes.dns import LOOPBACK, pod_hostname
 from airflow_gpu.testing.kubernetes.downward import field_ref
+from airflow_gpu.testing.kubernetes.images import NEVER_STARTED, START_ERROR_EXIT_CODE, START_ERROR_REASON, started_argv
 from airflow_gpu.testing.kubernetes.objects import now, timestamp, timestamp_nano
 from airflow_gpu.testing.kubernetes.volumes import PodVolumes
 
@@ -257,6 +261,7 @@ class PodRun:
         self.resolves: Resolver | None = None  # cluster DNS names to this host (set by the cluster)
         #: The pod's volumes, once made; None where this machine has no mount namespaces.
         self.volumes: PodVolumes | None = None
+        self.images: ImageSet | None = None  # the images declared to the cluster (set by the cluster)
 
     @functools.cached_property
     def workdir(self) -> str:
@@ -372,11 +377,19 @@ class PodRun:
         script = simulation(container)
         if script is not None:
             return await self._simulate(run, script)
+        started = started_argv(self.images, container) if self.images is not None else None
+        if started is not None:
+            command, refusal = started
+            if refusal is not None:  # containerd's StartContainer failed: the process never existed
+                state = self._terminated(run, START_ERROR_EXIT_CODE, START_ERROR_REASON, refusal)
+                return {**state, "startedAt": NEVER_STARTED}
         if not command:
             return self._cannot_run(run, "no command: the emulator runs command/args as a local process")
         env = with_devices(
             container_env(pod, container, *api, resolves=self.resolves), self.gpu_env.get(container["name"], {})
         )
+        if started is not None and self.images is not None:  # the image's PATH: the host's, less what it lacks
+            env = self.images.environment(str(container.get("image")), env)
         run.env = env
         if self.volumes is None:  # no mount namespaces on this machine: the host's file system
             cwd = workdir if workdir and Path(workdir).is_dir() else self.workdir
