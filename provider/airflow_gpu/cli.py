@@ -1,7 +1,8 @@
-"""``airflow-gpu``: look at the catalog, see what a spec becomes, size a model, pick an image.
+"""``airflow-gpu``: look at the catalog, see what a spec becomes, size a model, pick an image, reap orphans.
 
-Thin on purpose: every answer comes from the domain core, so the command and DAG code never
-disagree. Bad input exits with status 2 and one line on stderr, never a traceback.
+Thin on purpose: every answer comes from the domain core (``reap``: the ``airflow_gpu.reap``
+package), so the command and DAG code never disagree. Bad input, and an Airflow or cloud that
+cannot be reached, exit with status 2 and one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -21,6 +22,14 @@ PROG = "airflow-gpu"
 
 class _UsageError(Exception):
     """A command line that cannot be run; its message is printed as is."""
+
+
+class _Incomplete(Exception):
+    """The command ran, but part of what it was asked to do failed: print ``output``, exit 1."""
+
+    def __init__(self, output: str) -> None:
+        super().__init__(output)
+        self.output = output
 
 
 class _Parser(argparse.ArgumentParser):
@@ -309,6 +318,57 @@ def _emulate(args: argparse.Namespace) -> str:
     return "stopped"
 
 
+def _duration(value: str) -> float:
+    """``--grace``: seconds from ``90s``, ``10m``, ``1h``; a plain number is minutes."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    number, unit = (value[:-1], value[-1]) if value[-1:] in units else (value, "m")
+    try:
+        seconds = float(number) * units[unit]
+    except ValueError:
+        seconds = -1
+    if seconds < 0:
+        raise argparse.ArgumentTypeError(f"a duration such as 90s, 10m or 1h; got {value!r}")
+    return seconds
+
+
+def _reap(args: argparse.Namespace) -> str:
+    """Ask Airflow first: without its answers nothing may be judged, let alone deleted."""
+    import os
+    from datetime import timedelta
+
+    from airflow_gpu.reap.airflow_api import AirflowApi, AirflowUnreachable
+    from airflow_gpu.reap.reaper import reap, render
+
+    url = args.airflow_url or os.environ.get("AIRFLOW_GPU_AIRFLOW_URL")
+    if not url:
+        raise _UsageError("reap needs Airflow's api-server: --airflow-url or AIRFLOW_GPU_AIRFLOW_URL")
+    airflow = AirflowApi(
+        url,
+        token=os.environ.get("AIRFLOW_GPU_AIRFLOW_TOKEN") or None,
+        username=args.airflow_user or os.environ.get("AIRFLOW_GPU_AIRFLOW_USER"),
+        password=os.environ.get("AIRFLOW_GPU_AIRFLOW_PASSWORD"),
+    )
+    try:
+        airflow.check()
+        backends: list[Any] = []
+        for backend in dict.fromkeys(args.backend or ["kubernetes", "batch"]):
+            if backend == "kubernetes":
+                from airflow_gpu.reap.kubernetes import KubernetesResources
+
+                backends.append(KubernetesResources.connect(args.kubeconfig, args.context, args.namespace or ()))
+            else:
+                from airflow_gpu.reap.batch import BatchResources
+
+                backends.append(BatchResources.connect(args.region, args.endpoint_url, args.job_queue or ()))
+        report = reap(backends, airflow, delete=args.delete, grace=timedelta(seconds=args.grace))
+    except AirflowUnreachable as error:
+        raise AirflowUnreachable(f"{error}; nothing was deleted") from None
+    output = render(report, args.output)
+    if report.failed:
+        raise _Incomplete(output)
+    return output
+
+
 def _node_count(value: str) -> int:
     """``--scale``: a whole number of nodes the scale cluster accepts (``scale.group_sizes``)."""
     from airflow_gpu.testing.kubernetes.cluster import MAX_GROUP_SIZE
@@ -390,6 +450,31 @@ def build_parser() -> argparse.ArgumentParser:
     batch = emulated.add_parser("batch", help="AWS Batch with GPU queues (gpu-spot, gpu-on-demand) and spot faults")
     batch.add_argument("--port", type=int, default=0, help="0 picks a free port")
     batch.add_argument("--region", default="us-east-1")
+
+    reaper = commands.add_parser(
+        "reap", help="find (and with --delete, delete) pods, training Jobs and Batch jobs whose task try has ended"
+    )
+    reaper.add_argument("--delete", action="store_true", help="delete the orphans (without it they are only listed)")
+    reaper.add_argument(
+        "--grace", type=_duration, default=600.0, metavar="DURATION",
+        help="leave work younger than this, or whose task ended less than this ago (90s, 10m, 1h; default 10m)",
+    )  # fmt: skip
+    reaper.add_argument("--backend", action="append", choices=["kubernetes", "batch"], help="default: both")
+    reaper.add_argument("--output", choices=["table", "json"], default="table")
+    airflow = reaper.add_argument_group("Airflow (its REST API; token or password from the environment)")
+    airflow.add_argument("--airflow-url", help="the api-server's base URL (or AIRFLOW_GPU_AIRFLOW_URL)")
+    airflow.add_argument(
+        "--airflow-user", help="exchanged for a token with AIRFLOW_GPU_AIRFLOW_PASSWORD (or AIRFLOW_GPU_AIRFLOW_USER); "
+        "AIRFLOW_GPU_AIRFLOW_TOKEN instead gives the token itself",
+    )  # fmt: skip
+    cluster_args = reaper.add_argument_group("Kubernetes")
+    cluster_args.add_argument("--namespace", action="append", help="repeatable; default: every namespace listable")
+    cluster_args.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config, or in-cluster")
+    cluster_args.add_argument("--context", help="a kubeconfig context")
+    aws = reaper.add_argument_group("AWS Batch")
+    aws.add_argument("--region", help="default: the AWS configuration's")
+    aws.add_argument("--job-queue", action="append", help="repeatable; default: every queue")
+    aws.add_argument("--endpoint-url", help="another Batch endpoint (moto, the emulator)")
     return parser
 
 
@@ -414,6 +499,7 @@ def run(argv: Sequence[str] | None = None) -> str:
         "recommend": _recommend,
         "images": _images,
         "emulate": _emulate,
+        "reap": _reap,
     }
     return handlers[args.command](args)
 
@@ -421,6 +507,9 @@ def run(argv: Sequence[str] | None = None) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         print(run(argv))
+    except _Incomplete as incomplete:
+        print(incomplete.output)
+        return 1
     except (_UsageError, AcceleratorSpecError, ValueError, OSError) as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2

@@ -6,7 +6,8 @@ run's current candidate and capacity goes on top (``accelerators.kubernetes`` fo
 ``utils.kubernetes.add_placement`` so that a user's tolerations, volumes or affinity add to the
 GPU ones), with the candidate's image, the run's environment (every variable once), the profiler
 around the command, a ``preStop`` hook that writes the spot notice, the labels the shared watch
-selects on, and the run's state as an annotation, read back when a retry reattaches to the pod.
+selects on, the run's state as an annotation, read back when a retry reattaches to the pod, and
+the task try's exact identity (``airflow-gpu reap`` asks Airflow about it).
 The operator's own fields are never rewritten between pods.
 """
 
@@ -24,6 +25,7 @@ from airflow_gpu.operators.gpu_profile import ENV_SPOT_NOTICE, profiler_environm
 from airflow_gpu.spot.policy import Capacity
 from airflow_gpu.triggers.pod_replacement import SPOT_NOTICE_PATH, notice_hook
 from airflow_gpu.utils.kubernetes import add_placement
+from airflow_gpu.utils.pod_identity import TASK_ANNOTATION, task_annotation
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -71,8 +73,10 @@ def dress(op: GPUKubernetesOperator, pod: k8s.V1Pod, context: Context | None) ->
         "airflow-gpu/accelerator": op.accelerator.type.lower(),
         "airflow-gpu/capacity": run.capacity,
     }
-    state = json.dumps(run.to_json())
-    pod.metadata.annotations = {**(pod.metadata.annotations or {}), STATE_ANNOTATION: state}
+    annotations = {**(pod.metadata.annotations or {}), STATE_ANNOTATION: json.dumps(run.to_json())}
+    if context is not None:  # the try's exact identity: ``airflow-gpu reap`` asks Airflow about it
+        annotations[TASK_ANNOTATION] = task_annotation(context["ti"])
+    pod.metadata.annotations = annotations
     return pod
 
 

@@ -11,7 +11,9 @@ without a cluster.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from typing import Any
 
 
 def identity_mismatch(
@@ -43,3 +45,23 @@ def identity_mismatch(
     if pod_try is not None and (not pod_try.isdigit() or int(pod_try) > try_number):
         return f"it was made by try {pod_try}, this is try {try_number}"
     return None
+
+
+#: Annotation with the task try's exact identity, JSON: the labels are shortened and hashed by
+#: ``make_safe_label_value`` whenever a value is over 63 characters or holds anything but letters,
+#: digits and ``-_.`` (every ``manual__2026-...+00:00`` run id), so they cannot name the run to
+#: Airflow's REST API. ``airflow-gpu reap`` asks Airflow about the task instance this names.
+TASK_ANNOTATION = "airflow-gpu/task-instance"
+
+
+def task_annotation(ti: Any) -> str:
+    """The ``TASK_ANNOTATION`` value of a task try (``ti``: the task instance)."""
+    map_index = getattr(ti, "map_index", -1)
+    identity = {
+        "dag_id": ti.dag_id,
+        "task_id": ti.task_id,
+        "run_id": str(ti.run_id),
+        "map_index": -1 if map_index is None else int(map_index),
+        "try_number": int(ti.try_number),
+    }
+    return json.dumps(identity, separators=(",", ":"))

@@ -1,0 +1,217 @@
+"""The provider's pods, training Jobs and Services on a cluster: listed, and deleted as the operators delete them.
+
+Through the official ``kubernetes`` client, as the operators' hooks call it, with our API retry
+(``utils.api_retry``: 429 with ``Retry-After``, 5xx, resets). Listing reads raw API dicts
+(``resources`` reads labels and annotations by their API names) a page at a time.
+
+Deletion is the operators' own: a pod with its ``terminationGracePeriodSeconds`` (what KPO sets
+from, and deletes with, the operator's ``termination_grace_period``), so a training checkpoints as
+it would on a normal cleanup; a training Job with ``propagationPolicy: Foreground`` (the API's
+default for a ``batch/v1`` Job orphans its pods, which would train on) and its Service. Each
+delete carries the uid that was judged as a precondition: an object made anew under the same name
+since the listing (a retry's pod) answers 409 and is left alone.
+
+Namespaces: those named, or every one, listed cluster-wide; credentials that may not list
+cluster-wide (403) fall back to the namespaces they may list, one by one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
+from typing import Any
+
+from airflow_gpu.reap.resources import SELECTOR, Skipped, from_kubernetes
+from airflow_gpu.reap.rules import Resource
+from airflow_gpu.utils import api_retry
+from airflow_gpu.utils.training_job import JOB_LABEL
+
+#: How long one call is asked again while the API server throttles or fails.
+BUDGET_SECONDS = 120.0
+PAGE = 500
+
+
+class KubernetesUnreachable(OSError):
+    """The cluster could not be listed: nothing there is judged."""
+
+
+class KubernetesResources:
+    """Candidates on one cluster (``api_client``: a configured ``kubernetes.client.ApiClient``)."""
+
+    backend = "kubernetes"
+
+    def __init__(self, api_client: Any, namespaces: Sequence[str] = ()) -> None:
+        from kubernetes.client import BatchV1Api, CoreV1Api
+
+        self.core, self.batch = CoreV1Api(api_client), BatchV1Api(api_client)
+        self.namespaces = list(dict.fromkeys(namespaces))
+        self.where = api_client.configuration.host
+
+    @classmethod
+    def connect(
+        cls, kubeconfig: str | None, context: str | None, namespaces: Sequence[str] = ()
+    ) -> KubernetesResources:
+        """From a kubeconfig (``None``: ``$KUBECONFIG`` or ``~/.kube/config``), or the pod's service
+        account when run in a cluster (a CronJob) with no kubeconfig named."""
+        import os
+
+        from kubernetes import config
+
+        try:
+            if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+                configuration = _in_cluster()
+                from kubernetes.client import ApiClient
+
+                return cls(ApiClient(configuration), namespaces)
+            return cls(config.new_client_from_config(config_file=kubeconfig, context=context), namespaces)
+        except config.ConfigException as error:
+            raise KubernetesUnreachable(f"no Kubernetes configuration: {error}") from None
+
+    # --- listing ----------------------------------------------------------------------------
+
+    def find(self) -> tuple[list[Resource], list[Skipped]]:
+        found: list[Resource] = []
+        skipped: list[Skipped] = []
+        pods, jobs, services = (list(self._objects(plural)) for plural in ("pods", "jobs", "services"))
+        job_names = {(j["metadata"].get("namespace"), j["metadata"].get("name")) for j in jobs}
+        for kind, objects in (("pod", pods), ("job", jobs), ("service", services)):
+            for obj in objects:
+                namespace = obj["metadata"].get("namespace")
+                names = frozenset(name for ns, name in job_names if ns == namespace)
+                if kind == "service" and JOB_LABEL not in (obj["metadata"].get("labels") or {}):
+                    continue
+                candidate = from_kubernetes(kind, obj, names)
+                if isinstance(candidate, Resource):
+                    found.append(candidate)
+                elif isinstance(candidate, Skipped):
+                    skipped.append(candidate)
+        return found, skipped
+
+    def _objects(self, plural: str) -> Iterator[dict[str, Any]]:
+        api = self.batch if plural == "jobs" else self.core
+        singular = {"pods": "pod", "jobs": "job", "services": "service"}[plural]
+        from kubernetes.client.exceptions import ApiException
+
+        for namespace in self.namespaces:
+            try:
+                yield from self._pages(getattr(api, f"list_namespaced_{singular}"), plural, namespace)
+            except ApiException as error:
+                raise self._unreachable(f"listing {plural} in {namespace}", error) from None
+        if self.namespaces:
+            return
+        try:
+            yield from self._pages(getattr(api, f"list_{singular}_for_all_namespaces"), plural)
+            return
+        except ApiException as error:
+            if error.status != 403:
+                raise self._unreachable(f"listing {plural}", error) from None
+        for namespace in self._readable_namespaces(plural):
+            try:
+                yield from self._pages(getattr(api, f"list_namespaced_{singular}"), plural, namespace)
+            except ApiException as error:
+                if error.status != 403:
+                    raise self._unreachable(f"listing {plural} in {namespace}", error) from None
+
+    def _readable_namespaces(self, plural: str) -> list[str]:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return [n["metadata"]["name"] for n in self._pages(self.core.list_namespace, "namespaces")]
+        except ApiException as error:
+            raise KubernetesUnreachable(
+                f"these credentials may list {plural} in no namespace they can name (HTTP {error.status} on "
+                "namespaces): pass --namespace"
+            ) from None
+
+    def _pages(self, call: Callable[..., Any], what: str, *args: str) -> Iterator[dict[str, Any]]:
+        from kubernetes.client.exceptions import ApiException
+
+        token: str | None = None
+        while True:
+            options: dict[str, Any] = {"limit": PAGE, "_preload_content": False}
+            if what != "namespaces":
+                options["label_selector"] = SELECTOR
+            if token:
+                options["_continue"] = token
+            try:
+                response = api_retry.call(partial(call, *args, **options), f"listing {what}", budget=BUDGET_SECONDS)
+            except ApiException:
+                raise  # the caller reads its status (403: another way to list)
+            except Exception as error:  # refused, reset, timed out past the budget
+                raise self._unreachable(f"listing {what}", error) from None
+            page = json.loads(response.data)
+            yield from page.get("items") or []
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return
+
+    def _unreachable(self, what: str, error: BaseException) -> KubernetesUnreachable:
+        status = api_retry.status_of(error)
+        why = f"HTTP {status}: {getattr(error, 'reason', '')}" if status else f"{type(error).__name__}: {error}"
+        return KubernetesUnreachable(f"Kubernetes API at {self.where}: {what} failed ({why})")
+
+    # --- deleting ---------------------------------------------------------------------------
+
+    def delete(self, resource: Resource) -> str:
+        """Delete as the operator's own cleanup does; returns what was done."""
+        from kubernetes.client import V1DeleteOptions, V1Preconditions
+        from kubernetes.client.exceptions import ApiException
+
+        name, namespace = resource.name, resource.scope
+        preconditions = V1Preconditions(uid=resource.uid) if resource.uid else None
+        try:
+            if resource.kind == "pod":
+                options = V1DeleteOptions(grace_period_seconds=resource.grace_seconds, preconditions=preconditions)
+                self._call(
+                    lambda: self.core.delete_namespaced_pod(name, namespace, body=options), f"deleting pod {name}"
+                )
+                grace = (
+                    "its own grace period" if resource.grace_seconds is None else f"{resource.grace_seconds} s grace"
+                )
+                return f"deleted ({grace})"
+            if resource.kind == "job":
+                options = V1DeleteOptions(propagation_policy="Foreground", preconditions=preconditions)
+                self._call(
+                    lambda: self.batch.delete_namespaced_job(name, namespace, body=options), f"deleting Job {name}"
+                )
+                service = self._delete_service(name, namespace, None)
+                return "deleted with its pods (Foreground)" + (" and its Service" if service else "")
+            self._delete_service(name, namespace, preconditions)
+            return "deleted"
+        except ApiException as error:
+            if error.status == 404:
+                return "gone already"
+            if error.status == 409:
+                return "left: made anew since it was listed"
+            return f"FAILED: HTTP {error.status} {error.reason}"
+        except Exception as error:
+            return f"FAILED: {type(error).__name__}: {error}"
+
+    def _delete_service(self, name: str, namespace: str, preconditions: Any) -> bool:
+        from kubernetes.client import V1DeleteOptions
+        from kubernetes.client.exceptions import ApiException
+
+        options = V1DeleteOptions(preconditions=preconditions)
+        try:
+            self._call(
+                lambda: self.core.delete_namespaced_service(name, namespace, body=options), f"deleting Service {name}"
+            )
+        except ApiException as error:
+            if error.status == 404 and preconditions is None:
+                return False
+            raise
+        return True
+
+    @staticmethod
+    def _call(fn: Callable[[], Any], what: str) -> Any:
+        return api_retry.call(fn, what, budget=BUDGET_SECONDS)
+
+
+def _in_cluster() -> Any:
+    from kubernetes import config
+    from kubernetes.client import Configuration
+
+    configuration = Configuration()
+    config.load_incluster_config(client_configuration=configuration)
+    return configuration

@@ -1,0 +1,136 @@
+"""The reaper on a cluster: the Kubernetes emulator over HTTP, the official client, Airflow's answers recorded."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from airflow_gpu.reap.kubernetes import KubernetesResources
+from airflow_gpu.reap.reaper import reap, render
+from airflow_gpu.reap.rules import InstanceState
+from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
+from airflow_gpu.testing.polling import wait_for
+from airflow_gpu.utils.training_job import JOB_LABEL, job_manifests
+from tests.operators.task_context import Ti
+from tests.reap.conftest import RUN, RecordedAirflow, pod_marks
+
+NONE = timedelta(0)
+
+
+@pytest.fixture
+def core(kubernetes_emulator: KubernetesEmulator) -> client.CoreV1Api:
+    return client.CoreV1Api(config.new_client_from_config(config_file=str(kubernetes_emulator.kubeconfig_path)))
+
+
+def cluster(emulator: KubernetesEmulator, *namespaces: str) -> KubernetesResources:
+    return KubernetesResources.connect(str(emulator.kubeconfig_path), None, namespaces)
+
+
+def start_pod(core: client.CoreV1Api, name: str, marks: dict[str, Any], grace: int = 30) -> None:
+    """A pod with the operator's marks, running on the CPU node until it is killed (SIGTERM ignored,
+    so a deletion takes its whole grace period, as a checkpointing training does)."""
+    core.create_namespaced_pod(
+        "default",
+        {
+            "metadata": {"name": name, **marks},
+            "spec": {
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": grace,
+                "containers": [
+                    {"name": "base", "image": "busybox", "command": ["sh", "-c", "trap '' TERM; sleep 600"]}
+                ],
+            },
+        },
+    )
+    wait_for(lambda: core.read_namespaced_pod(name, "default").status.phase == "Running", 30, f"{name} running")
+
+
+def pod_or_none(core: client.CoreV1Api, name: str) -> Any:
+    try:
+        return core.read_namespaced_pod(name, "default")
+    except client.ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def test_an_orphan_is_listed_then_deleted_with_its_grace_and_nothing_else_is_touched(
+    kubernetes_emulator: KubernetesEmulator, core: client.CoreV1Api
+) -> None:
+    failed, running = Ti(1, dag_id="gpu", task_id="failed", run_id=RUN), Ti(1, dag_id="gpu", task_id="runs", run_id=RUN)
+    start_pod(core, "failed-task", pod_marks(failed), grace=3)
+    start_pod(core, "running-task", pod_marks(running))
+    plain = pod_marks(failed)  # a plain KPO pod of the same task: KPO's labels, not our marker
+    plain["labels"] = {k: v for k, v in plain["labels"].items() if not k.startswith("airflow-gpu/")}
+    start_pod(core, "plain-kpo", plain)
+    airflow = RecordedAirflow({
+        ("gpu", "failed", RUN, -1): InstanceState("failed", 1),
+        ("gpu", "runs", RUN, -1): InstanceState("running", 1),
+    })  # fmt: skip
+
+    listed = reap([cluster(kubernetes_emulator)], airflow, grace=NONE)
+    assert [(f.resource.name, f.why) for f in listed.orphans] == [("failed-task", "the task instance is failed")]
+    assert listed.kept == 1 and not listed.skipped
+    assert listed.orphans[0].resource.task.run_id == RUN  # the exact run id, not the shortened label
+    assert all(pod_or_none(core, n).metadata.deletion_timestamp is None for n in ("failed-task", "running-task"))
+    assert "failed-task" in render(listed) and "ACTION" not in render(listed)
+
+    done = reap([cluster(kubernetes_emulator)], airflow, delete=True, grace=NONE)
+    assert [(f.resource.name, f.action) for f in done.orphans] == [("failed-task", "deleted (3 s grace)")]
+    terminating = pod_or_none(core, "failed-task")
+    assert terminating is None or terminating.metadata.deletion_grace_period_seconds == 3
+    wait_for(lambda: pod_or_none(core, "failed-task") is None, 30, "the orphan gone")
+    for name in ("running-task", "plain-kpo"):
+        pod = pod_or_none(core, name)
+        assert pod.metadata.deletion_timestamp is None and pod.status.phase == "Running", name
+
+
+def test_an_earlier_tries_pod_is_an_orphan_only_once_the_later_try_has_its_own(
+    kubernetes_emulator: KubernetesEmulator, core: client.CoreV1Api
+) -> None:
+    start_pod(core, "shard-try1", pod_marks(Ti(1, dag_id="gpu", task_id="shard", run_id=RUN)))
+    start_pod(core, "shard-try2", pod_marks(Ti(2, dag_id="gpu", task_id="shard", run_id=RUN)))
+    start_pod(core, "adopted-try1", pod_marks(Ti(1, dag_id="gpu", task_id="adopted", run_id=RUN)))
+    airflow = RecordedAirflow({
+        ("gpu", "shard", RUN, -1): InstanceState("running", 2),
+        ("gpu", "adopted", RUN, -1): InstanceState("running", 2),  # try 2 reattached to try 1's pod
+    })  # fmt: skip
+    report = reap([cluster(kubernetes_emulator, "default")], airflow, delete=True, grace=NONE)
+    assert [f.resource.name for f in report.orphans] == ["shard-try1"]
+    assert report.orphans[0].why == "made by try 1; try 2 (running) has work of its own"
+    assert report.kept == 2
+    assert sorted(set(airflow.asked)) == [("gpu", "adopted", RUN, -1), ("gpu", "shard", RUN, -1)]
+    assert len(airflow.asked) == 2  # one question per task instance
+    wait_for(lambda: pod_or_none(core, "shard-try1") is None, 60, "try 1's pod gone")
+    assert pod_or_none(core, "shard-try2").metadata.deletion_timestamp is None
+    assert pod_or_none(core, "adopted-try1").metadata.deletion_timestamp is None
+
+
+def test_a_training_job_is_deleted_with_its_pods_and_service(
+    kubernetes_emulator: KubernetesEmulator, core: client.CoreV1Api
+) -> None:
+    """Foreground, as the operator deletes it: the API's default for a Job would leave its pods training."""
+    ti = Ti(1, dag_id="gpu", task_id="train", run_id=RUN)
+    pod = {
+        "metadata": {"name": "train-x", "namespace": "default", **pod_marks(ti)},
+        "spec": {"containers": [{"name": "base", "image": "busybox", "command": ["sleep", "600"]}]},
+    }
+    manifests = job_manifests(pod, "train-1a2b3c4d", machines=2, port=29500, base_container="base")
+    batch = client.BatchV1Api(core.api_client)
+    core.create_namespaced_service("default", manifests["service"])
+    batch.create_namespaced_job("default", manifests["job"])
+    selector = f"{JOB_LABEL}=train-1a2b3c4d"
+    running = lambda: [p for p in core.list_namespaced_pod("default", label_selector=selector).items  # noqa: E731
+                       if p.status.phase == "Running"]  # fmt: skip
+    wait_for(lambda: len(running()) == 2, 30, "both ranks running")
+    airflow = RecordedAirflow({("gpu", "train", RUN, -1): InstanceState("success", 1)})
+
+    report = reap([cluster(kubernetes_emulator)], airflow, delete=True, grace=NONE)
+    assert [(f.resource.kind, f.resource.name) for f in report.orphans] == [("job", "train-1a2b3c4d")]
+    assert report.orphans[0].action == "deleted with its pods (Foreground) and its Service"
+    wait_for(lambda: not core.list_namespaced_pod("default", label_selector=selector).items, 60, "the ranks gone")
+    wait_for(lambda: not batch.list_namespaced_job("default", label_selector=selector).items, 60, "the Job gone")
+    assert not core.list_namespaced_service("default", label_selector=selector).items
