@@ -37,7 +37,7 @@ from airflow_gpu.accelerators.batch import instance_offers
 from airflow_gpu.accelerators.batch_queues import QueueOffer, unreadable_types
 from airflow_gpu.hooks import batch_submit
 from airflow_gpu.hooks.batch_submit import Keep, Submitted
-from airflow_gpu.utils import batch_retries, retry_deadline
+from airflow_gpu.utils import batch_retries, retry_deadline, supervisor_requests
 from airflow_gpu.utils.batch_logs import DEFAULT_LOG_GROUP, attempt_streams, log_group
 from airflow_gpu.utils.batch_retries import retry_transient
 from airflow_gpu.utils.results import WorkloadOutput, read_output
@@ -84,13 +84,18 @@ class GPUBatchHook(BatchClientHook):
         a transient error as "not found" (``ExecutionAPISecretsBackend`` returns None on any error
         response, then ``aget_connection`` raises ``AirflowNotFoundException``), and taking it at
         its word would run the poller on the triggerer's own boto3 credentials until ``HOOK_TTL``.
+
+        The read goes through ``utils.supervisor_requests``: a trigger cancelled while it waits (the
+        runner removing it) must not cut the request in half, which on Airflow 3.2 left its answer
+        to the next request and killed the trigger runner ("Response read out of order").
         """
         hook = cls(aws_conn_id=aws_conn_id, region_name=region_name)
         if aws_conn_id:
             from airflow.sdk.exceptions import AirflowNotFoundException
 
             try:
-                hook._prefetched = _LAST_READ[aws_conn_id] = await cls.aget_connection(aws_conn_id)
+                read = await supervisor_requests.request(cls.aget_connection(aws_conn_id))
+                hook._prefetched = _LAST_READ[aws_conn_id] = read
             except Exception as error:
                 previous = _LAST_READ.get(aws_conn_id)
                 if previous is not None:

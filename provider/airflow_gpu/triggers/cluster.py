@@ -25,6 +25,7 @@ from typing import Any
 from airflow_gpu.triggers import adoption
 from airflow_gpu.triggers.adoption import NotThisTaskTry as NotThisTaskTry  # raised here, caught by the triggers
 from airflow_gpu.triggers.adoption import StillBeingDeleted as StillBeingDeleted
+from airflow_gpu.utils import supervisor_requests
 from airflow_gpu.utils.api_retry import acall
 from airflow_gpu.utils.training_job import owned_by, owner_reference
 
@@ -105,6 +106,11 @@ class ClusterConnection:
         response, and ``aget_connection`` then raises ``AirflowNotFoundException``), and taking
         that for the truth would point every hook of the process at ``~/.kube/config`` (the
         default connection's rule below) or fail the next delete (any other connection).
+
+        The read goes through ``utils.supervisor_requests``: it is made wherever a trigger first
+        needs a client, under the watch's ``asyncio.wait_for`` or while the runner cancels the
+        trigger, and on Airflow 3.2 a request cut short there left its answer to the next request
+        and killed the trigger runner ("Response read out of order").
         """
         conn_id = self.kubernetes_conn_id
         if self.connection_extras is not None or not conn_id:
@@ -117,7 +123,7 @@ class ClusterConnection:
         from airflow.sdk.exceptions import AirflowNotFoundException
 
         try:
-            connection = await BaseHook.aget_connection(conn_id)
+            connection = await supervisor_requests.request(BaseHook.aget_connection(conn_id))
         except Exception as error:
             if fetched is not None:  # read before: keep that, and try again after the TTL
                 LOG.warning(
@@ -164,7 +170,7 @@ async def connection_extras(connection: Any) -> dict[str, Any]:
         return {}
     amask = getattr(sdk_log, "amask_secret", None)
     if amask is not None:
-        await amask(extras)
+        await supervisor_requests.request(amask(extras))
     else:
         sdk_log.mask_secret(extras)
     return extras

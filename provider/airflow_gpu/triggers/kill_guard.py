@@ -23,7 +23,9 @@ triggerer restart whose supervisor is already going would delete every deferred 
 The state is asked for in the event loop (``SUPERVISOR_COMMS.asend``), never from a thread: in an
 Airflow 3.2 triggerer a request from a thread races the loop's own and kills the trigger runner
 ("Response read out of order"), and in 3.3 a thread would queue behind asgiref's one
-thread-sensitive executor inside the ``on_kill`` budget.
+thread-sensitive executor inside the ``on_kill`` budget. It is asked through
+``utils.supervisor_requests``, so that the read's timeout, or the runner's cancel, cannot leave its
+answer on the channel for the next request (the same death on 3.2).
 
 One window is left: the states endpoint gives a task instance's state, not its try number. A task
 that is cleared while deferred and whose next try reaches DEFERRED before this trigger's ``on_kill``
@@ -36,6 +38,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from typing import Any
+
+from airflow_gpu.utils import supervisor_requests
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +75,9 @@ async def still_deferred(trigger: Any) -> bool | None:
     (``sync_to_async``), which on a 3.2 triggerer races the loop's own requests to the supervisor,
     and in the end-to-end stack on 3.2.0 it never came back, so Mark Failed left the GPU pod running.
     Each read is bounded (``READ_TIMEOUT_SECONDS``) so that a supervisor going away cannot hold a
-    cleanup for ever.
+    cleanup for ever. The bound ends our wait only: the request itself reads its answer
+    (``utils.supervisor_requests``), since on Airflow 3.2 a request cancelled after it was sent left
+    its answer to the next one, and the trigger runner died ("Response read out of order").
     """
     ti = getattr(trigger, "task_instance", None)
     if ti is None:
@@ -98,14 +104,10 @@ async def still_deferred(trigger: Any) -> bool | None:
 
 async def _task_states(ti: Any) -> dict[str, Any]:
     """``RuntimeTaskInstance.get_task_states`` for this task instance, asked in the event loop."""
-    from airflow.sdk.execution_time import task_runner
     from airflow.sdk.execution_time.comms import GetTaskStates
 
-    comms = getattr(task_runner, "SUPERVISOR_COMMS", None)
-    if comms is None:
-        raise RuntimeError("no supervisor to ask (not in a triggerer)")
     request = GetTaskStates(dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=ti.map_index)
-    response = await comms.asend(request)
+    response = await supervisor_requests.ask(request)  # the read's timeout must not cut it in half
     states = getattr(response, "task_states", None)
     if not isinstance(states, dict):
         raise RuntimeError(f"unexpected answer {type(response).__name__}")
