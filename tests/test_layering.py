@@ -53,6 +53,8 @@ ALLOWED: dict[frozenset[str], str] = {
             "airflow_gpu.operators.kubernetes",
             "airflow_gpu.operators.kubernetes_deferral",
             "airflow_gpu.operators.kubernetes_pod",
+            "airflow_gpu.operators.kubernetes_profiler",
+            "airflow_gpu.operators.kubernetes_reads",
             "airflow_gpu.operators.kubernetes_resume",
             "airflow_gpu.operators.retry_handover",
         }

@@ -19,9 +19,10 @@ from airflow_gpu.testing.images import ImageSet
 from airflow_gpu.testing.kubernetes import admission, config_data, dns, services, volumes
 from airflow_gpu.testing.kubernetes.api_faults import ApiFaults
 from airflow_gpu.testing.kubernetes.cluster import ClusterSpec, NodeSpec
+from airflow_gpu.testing.kubernetes.container_start import START_ERROR_REASON
 from airflow_gpu.testing.kubernetes.deletion import DeleteOptions, GarbageCollector, deletion_status
 from airflow_gpu.testing.kubernetes.device_plugin import DevicePlugin
-from airflow_gpu.testing.kubernetes.images import START_ERROR_REASON, ImageRegistry, wait_for_images
+from airflow_gpu.testing.kubernetes.images import ImageRegistry, wait_for_images
 from airflow_gpu.testing.kubernetes.job_controller import DEFAULT_BACKOFF_SECONDS, JobController
 from airflow_gpu.testing.kubernetes.job_spec import default_job, job_invalid, validate_job, validate_job_update
 from airflow_gpu.testing.kubernetes.kubelet import PodRun, container_id, container_status, simulation

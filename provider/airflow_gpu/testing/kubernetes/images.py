@@ -12,7 +12,7 @@ previous error is appended since 1.32). The pod stays ``Pending``. That is what
 ``KubernetesPodOperator`` reads to fail with "Image cannot be pulled, unable to start: ...".
 
 An image declared to the emulator (``testing.images.Image``: its ENTRYPOINT, Cmd and the programs it
-lacks) runs as the kubelet and containerd run it (``started_argv``): ``command`` replaces the
+lacks) runs as the kubelet and containerd run it (``container_start.started_argv``): ``command`` replaces the
 ENTRYPOINT, ``args`` the Cmd. A first program the image lacks (``/bin/sh`` in a distroless image)
 cannot be started: containerd's ``StartContainer`` fails, and the container ends ``terminated`` with
 reason ``StartError``, exit code 128, containerd's message (``failed to create containerd task: ...
@@ -26,8 +26,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
-
-from airflow_gpu.testing.images import ImageSet, containerd_start_error
 
 if TYPE_CHECKING:
     from airflow_gpu.testing.kubernetes.cluster_state import ClusterState
@@ -81,27 +79,6 @@ class ImageRegistry:
 
     def exists(self, image: str) -> bool:
         return normalized(image) not in self._missing
-
-
-#: ``startedAt`` of a container containerd could not start: its start time was never set (zero).
-NEVER_STARTED = "1970-01-01T00:00:00Z"
-#: containerd's exit code and reason for a container whose start failed (``errorStartExitCode``).
-START_ERROR_EXIT_CODE, START_ERROR_REASON = 128, "StartError"
-
-
-def started_argv(images: ImageSet, container: dict[str, Any]) -> tuple[list[str], str | None] | None:
-    """What the runtime starts for ``container`` of a declared image, and containerd's refusal when the image
-    lacks that first program (None: it starts). None for an image not declared: the kubelet runs
-    ``command`` + ``args`` as they are."""
-    reference = str(container.get("image") or "")
-    if not images.declared(reference):
-        return None
-    image = images.get(reference)
-    command, args = list(container.get("command") or []), list(container.get("args") or [])
-    argv = [*command, *args] if command else [*image.entrypoint, *(args or image.cmd)]
-    if not argv:
-        return argv, None
-    return argv, containerd_start_error(argv[0]) if image.lacks(argv[0]) else None
 
 
 def next_backoff(current: float) -> float:

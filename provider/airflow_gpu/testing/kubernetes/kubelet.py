@@ -2,7 +2,7 @@
 
 Images are not pulled; the container's ``command`` + ``args`` (or ``args`` alone when there is no
 command, since there is no image entrypoint to prepend) must exist on this machine. An image declared
-to the cluster (``images.started_argv``) brings its ENTRYPOINT and Cmd, its PATH without the programs
+to the cluster (``container_start.started_argv``) brings its ENTRYPOINT and Cmd, its PATH without the programs
 it lacks, and containerd's ``StartError`` for a first program it does not have. Output goes to
 the pod log, exit codes to the container statuses, and deletion sends SIGTERM to the container's
 main process, then SIGKILL to all its processes when the grace period is over, as the real
@@ -41,9 +41,14 @@ from typing import Any
 from airflow_gpu.testing.containers import kill_container
 from airflow_gpu.testing.gpus import with_devices
 from airflow_gpu.testing.images import ImageSet
+from airflow_gpu.testing.kubernetes.container_start import (
+    NEVER_STARTED,
+    START_ERROR_EXIT_CODE,
+    START_ERROR_REASON,
+    started_argv,
+)
 from airflow_gpu.testing.kubernetes.dns import LOOPBACK, pod_hostname
 from airflow_gpu.testing.kubernetes.downward import field_ref
-from airflow_gpu.testing.kubernetes.images import NEVER_STARTED, START_ERROR_EXIT_CODE, START_ERROR_REASON, started_argv
 from airflow_gpu.testing.kubernetes.objects import now, timestamp, timestamp_nano
 from airflow_gpu.testing.kubernetes.volumes import PodVolumes
 
