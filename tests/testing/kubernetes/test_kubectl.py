@@ -152,3 +152,28 @@ def _configuration(emulator: KubernetesEmulator) -> client.Configuration:
     configuration = client.Configuration()
     configuration.host = emulator.url
     return configuration
+
+
+#: ``kubectl api-resources`` on a kube-apiserver (1.30+) for the kinds the emulator serves: the short
+#: names and categories are each registry's ``ShortNames()``/``Categories()``
+#: (``pkg/registry/core/*/storage/storage.go``, ``pkg/registry/batch/job/storage``): ConfigMap
+#: ``cm``, Event ``ev``, LimitRange ``limits``, Namespace ``ns``, Node ``no``, Pod
+#: ``po`` (all), ResourceQuota ``quota``, ServiceAccount ``sa``, Service ``svc`` (all); Secret and
+#: Job have none, Job is in ``all``.
+REAL_SHORT_NAMES = {
+    "configmaps": "cm", "events": "ev", "limitranges": "limits", "namespaces": "ns",
+    "nodes": "no", "pods": "po", "resourcequotas": "quota", "secrets": "", "serviceaccounts": "sa",
+    "services": "svc", "jobs": "",
+}  # fmt: skip
+
+
+def test_short_names_and_categories_are_the_real_servers(kubernetes_emulator: KubernetesEmulator) -> None:
+    listed = kubectl(kubernetes_emulator, "api-resources").stdout
+    rows = {row["NAME"]: row["SHORTNAMES"] for row in table(listed)}
+    assert {name: rows.get(name) for name in REAL_SHORT_NAMES} == REAL_SHORT_NAMES
+
+    kubectl(kubernetes_emulator, "create", "configmap", "settings", "--from-literal=a=1")
+    names = kubectl(kubernetes_emulator, "get", "cm", "-o", "name").stdout.split()
+    assert "configmap/settings" in names
+    wide = kubectl(kubernetes_emulator, "api-resources", "--categories=all", "-o", "name").stdout.split()
+    assert sorted(wide) == ["jobs.batch", "pods", "services"]

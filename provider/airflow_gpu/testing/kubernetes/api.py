@@ -242,7 +242,7 @@ async def api_groups(request: web.Request) -> web.Response:
 CATEGORIES = {"pods": ["all"], "services": ["all"], "jobs": ["all"]}
 SHORT_NAMES = {
     "pods": ["po"], "services": ["svc"], "nodes": ["no"], "namespaces": ["ns"], "events": ["ev"],
-    "serviceaccounts": ["sa"], "resourcequotas": ["quota"], "limitranges": ["limits"],
+    "serviceaccounts": ["sa"], "resourcequotas": ["quota"], "limitranges": ["limits"], "configmaps": ["cm"],
 }  # fmt: skip
 #: Kinds whose storage has no ``DeleteCollection``: the namespace registry does not offer it.
 NO_DELETE_COLLECTION = frozenset({"namespaces"})
