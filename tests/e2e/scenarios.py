@@ -98,11 +98,10 @@ class ReleaseAfterDeferral(Injector):
 
     def inject(self) -> None:
         run, key = self.scenario_run, f"TaskInstanceKey(dag_id='{self.scenario_run.dag_id}'"
-        # Once a second: the task-instance list is the API server's costliest read, and the task may
-        # queue for a minute behind the other scenarios' tasks.
-        self.until(
-            lambda: any(ti["state"] == "deferred" for ti in run.task_instances()), 300, "the deferral", interval=1
-        )
+        # The triggerer runs a trigger only once its task is DEFERRED (one transaction sets both), and
+        # writes its log file when it starts it: a file to look for, not the API server's costliest
+        # read (the task-instance list) polled for the minute the task may queue behind the others.
+        self.until(run.trigger_started, 300, "the deferral", interval=0.5)
         log = SchedulerLog(run.stack.home / "logs" / "scheduler.log")
         self.until(
             lambda: any(
@@ -281,6 +280,19 @@ class ScenarioRun:
         folder = self._log_folder(task_id, map_index, run_id)
         files = [folder / f"attempt={try_number}.log", *sorted(folder.glob(f"attempt={try_number}.log.trigger.*"))]
         return "\n".join(render(path.read_text()) for path in files if path.exists())
+
+    def started(self, try_number: int, task_id: str = "train", map_index: int = -1) -> bool:
+        """Whether the try's task process has started: its log file exists (it is written from the
+        first line on), read from the disk instead of polling the API server."""
+        return (self._log_folder(task_id, map_index, None) / f"attempt={try_number}.log").exists()
+
+    def trigger_started(self, try_number: int = 1, task_id: str | None = None, map_index: int = -1) -> bool:
+        """Whether the triggerer has started a trigger of the try (of any task when ``task_id`` is None),
+        which implies the task was DEFERRED."""
+        if task_id is None:
+            run_folder = self._log_folder("", -1, None).parent
+            return any(run_folder.glob(f"task_id=*/**/attempt={try_number}.log.trigger.*.log"))
+        return any(self._log_folder(task_id, map_index, None).glob(f"attempt={try_number}.log.trigger.*.log"))
 
     def trigger_log(
         self, task_id: str = "train", try_number: int = 1, map_index: int = -1, run_id: str | None = None

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.scenarios import Injector, Scenario, ScenarioRun, scenarios
-from tests.e2e.test_gpu_lifecycle import kill_worker, mark_failed, task_log
+from tests.e2e.test_gpu_lifecycle import kill_worker, mark_failed
 
 pytestmark = pytest.mark.slow
 
@@ -59,13 +59,10 @@ class WorkerKiller(JobInjector):
         [ti] = run.task_instances()
         kill_worker(run.stack, ti["id"])
 
-        def second_try_running() -> bool:
-            [current] = run.task_instances()
-            return bool(current["try_number"] == 2 and current["state"] == "running")
-
-        self.until(second_try_running, 600, "the second try", interval=1)  # a loaded 2-core run: 4.5 min seen
-        reattached = "Reattached to AWS Batch job"
-        self.until(lambda: reattached in task_log(run.stack, run.dag_id, run.run_id, 2), 120, "the reattach")
+        # The second try's log file, not the task-instance list polled for minutes (a loaded 2-core
+        # run took 4.5 min: the dead worker's heartbeat timeout and the retry delay pass first).
+        self.until(lambda: run.started(2), 600, "the second try", interval=0.5)
+        self.until(lambda: "Reattached to AWS Batch job" in run.log(try_number=2), 120, "the reattach")
         (run.workdir / "release").touch()
 
 

@@ -139,13 +139,14 @@ class MarkOneShardFailed(PodInjector):
         run = self.scenario_run
         self.running(3)
         self.ready("0", "1", "2")
-        self.until(
-            lambda: [ti["state"] for ti in run.task_instances()] == ["deferred"] * 3, 120, "three deferrals", interval=1
-        )
-        # Mark Failed once the triggerer runs shard 1's trigger (it logs to its own file): a trigger the
-        # triggerer has not picked up yet is deleted without running any code, ours or KPO's.
-        logs = run.stack.home / "logs" / f"dag_id={run.dag_id}" / f"run_id={run.run_id}" / "task_id=train"
-        self.until(lambda: list((logs / "map_index=1").glob("attempt=*.log.trigger.*.log")), 120, "shard 1's trigger")
+
+        # Mark Failed once the triggerer runs every shard's trigger (each logs to its own file, which
+        # also says that its task is DEFERRED): a trigger the triggerer has not picked up yet is
+        # deleted without running any code, ours or KPO's.
+        def every_shard_deferred() -> bool:
+            return all(run.trigger_started(task_id="train", map_index=shard) for shard in range(3))
+
+        self.until(every_shard_deferred, 120, "three deferrals", interval=0.5)
         mark_failed(run.stack, run.dag_id, run.run_id, "train", map_index=1)
         self.until(lambda: not pods(self.api, run.dag_id, map_index="1"), 120, "shard 1's pod to be deleted")
         self.others = len(pods(self.api, run.dag_id))
@@ -193,16 +194,14 @@ class WorkerKiller(PodInjector):
                 "default", {"metadata": {"name": name, "labels": labels}, "spec": {"containers": [container]}}
             )
 
-        def retried() -> bool:
-            [current] = run.task_instances()
-            return bool(current["try_number"] == 2 and current["state"] == "running")
-
-        self.until(retried, 600, "the second try", interval=1)
+        # The second try's log file, not the task-instance list polled for minutes: the dead worker's
+        # heartbeat timeout and the retry delay pass first.
+        self.until(lambda: run.started(2), 600, "the second try", interval=0.5)
         if self.with_stranger:
             own = {"run_id": safe(run.run_id)}
             self.until(lambda: len(pods(self.api, run.dag_id, **own)) == 1, 120, "the task's own new pod")
         else:
-            self.until(lambda: "Reattached to pod" in task_log(run.stack, run.dag_id, run.run_id, 2), 120, "reattach")
+            self.until(lambda: "Reattached to pod" in run.log(try_number=2), 120, "reattach")
             self.during_retry = [p.metadata.uid for p in pods(self.api, run.dag_id)]
         self.release()
 
