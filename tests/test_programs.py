@@ -50,14 +50,14 @@ def test_the_suite_and_the_tool_read_the_same_rows(tool: dict[str, Any]) -> None
     rows = tool["needed"]("test")
     assert {Path(row.name).name: row.package for row in rows if row.kind != "python"} == programs.declared("test")
     # the browser tests' browser; kubectl against the emulator; the Kubernetes emulator's tmpfs volumes; the
-    # e2e stack's PostgreSQL
+    # e2e stack's PostgreSQL; the soak's Redis (tests/testing/test_redis.py)
     assert programs.declared("test") == {
         "chromium": "chromium", "kubectl": "kubernetes-client", "mount": "mount", "umount": "mount",
-        "initdb": "postgresql", "pg_ctl": "postgresql",
+        "initdb": "postgresql", "pg_ctl": "postgresql", "redis-server": "redis-server",
     }  # fmt: skip
     assert {row.check for row in tool["needed"]("venv")} == {"python:ensurepip"}
     for row in tool["read"]():
-        assert row.why and row.package and set(row.targets) <= {"venv", "test", "demo"}
+        assert row.why and row.package and set(row.targets) <= {"venv", "test", "demo", "soak"}
 
 
 def test_the_makefile_runs_the_tool_before_the_targets_that_need_it() -> None:
