@@ -35,6 +35,10 @@ from airflow_gpu.triggers.resume_dwell import dwell
 
 #: Polling rounds a job may be missing from DescribeJobs before the trigger gives up on it.
 MISSING_ROUNDS = 5
+#: TerminateJob's reasons for a job of the try that a follower stopped as a duplicate (``batch_submit``).
+DUPLICATE_REASONS = frozenset({DUPLICATE_REASON, batch_submit.DUPLICATE_REASON})
+#: Failed look-ups of the kept job, after a followed job was stopped as a duplicate, before its end is reported.
+KEPT_LOOKUPS = 3
 #: Polling rounds after a resubmission in which a racing trigger's duplicate job is looked for.
 CONVERGE_ROUNDS = 3
 #: Event key carrying the spot run's state to the worker, when the trigger carried the run on.
@@ -179,9 +183,10 @@ class GPUBatchJobTrigger(BatchKill, BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         resubmission = BatchResubmission.from_argument(self.gpu_spot) if self.gpu_spot is not None else None
+        self._resubmission = resubmission  # its run follows the job followed (``_converge``, ``_follow_kept``)
         if resubmission is not None and self.watch_duplicates:
             queue, name = self.watch_duplicates
-            self._resubmission, self._submitted = resubmission, (queue, name)
+            self._submitted = (queue, name)
             self._converge_rounds = batch_submit.watch_rounds(float(self.poll_interval))
         try:
             while True:
@@ -213,7 +218,7 @@ class GPUBatchJobTrigger(BatchKill, BaseTrigger):
         """The current job's end; carrying the run on, a capacity timeout cancels the job here."""
         poller = SharedJobPoller.get(self.aws_conn_id, self.region_name, float(self.poll_interval))
         clock = CapacityClock(self.capacity_timeout) if self.capacity_timeout is not None else None
-        errors = missing = 0
+        errors = missing = lookups = 0
         while True:
             try:
                 if self._converge_rounds > 0:
@@ -236,6 +241,14 @@ class GPUBatchJobTrigger(BatchKill, BaseTrigger):
                 continue
             missing = 0
             if job["status"] in FINAL:
+                try:  # stopped as a duplicate by a twin that saw the try's first job: that one is the try's
+                    if await self._follow_kept(job):
+                        continue
+                except Exception as error:
+                    lookups += 1
+                    self.log.warning("Could not look up the job kept in place of %s (%s)", self.job_id, error)
+                    if lookups < KEPT_LOOKUPS:
+                        continue
                 yield TriggerEvent({"status": "done", "job_id": self.job_id, "job_status": job["status"], "job": job})
                 return
             if clock is not None and clock.expired(job["status"], time.monotonic()):
@@ -318,6 +331,27 @@ class GPUBatchJobTrigger(BatchKill, BaseTrigger):
             self.log.warning("Following job %s, submitted first, instead of %s", kept, self.job_id)
             self.job_id = kept
             resubmission.run.submitted(self.job_id)
+
+    async def _follow_kept(self, job: dict[str, Any]) -> bool:
+        """True when ``job`` ended because a follower of this task try terminated it as a duplicate (a twin
+        trigger, apache/airflow#37180, whose ListJobs already showed the try's first job), and the job it
+        kept is followed now. Its end is not the task's: reported, it failed the task while the kept job
+        ran on with nobody following it."""
+        resubmission = self._resubmission
+        if resubmission is None or (job.get("statusReason") or "") not in DUPLICATE_REASONS:
+            return False
+        hook = await self._hook()
+        jobs = await asyncio.to_thread(hook.jobs_named, str(job["jobQueue"]), str(job["jobName"]))
+        kept = resubmission.keep(jobs)
+        if kept is None or kept["jobId"] == job["jobId"]:
+            return False
+        self.log.warning(
+            "Job %s was terminated as a duplicate of this task try's job %s, created first: following that one",
+            job["jobId"], kept["jobId"],
+        )  # fmt: skip
+        self.job_id = str(kept["jobId"])
+        resubmission.run.submitted(self.job_id)
+        return True
 
     async def _cancel_for_capacity(self, poller: SharedJobPoller, job: dict[str, Any]) -> dict[str, Any]:
         """CancelJob, then the job once it left RUNNABLE, seen through the shared poller (no thread
