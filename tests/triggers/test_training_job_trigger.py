@@ -173,7 +173,9 @@ def test_a_reclaimed_rank_is_replaced_by_the_trigger_once_and_after_the_old_job_
         ("batch/v1", "Job", "train-spot-r1", replaced.metadata.uid)
     ]
     api["batch"].delete_namespaced_job("train-spot-r1", "default", propagation_policy="Background")
-    wait_for(lambda: not api["core"].list_namespaced_service("default").items, 30, "the Service to go with its Job")
+    ours = {"label_selector": JOB_LABEL}  # not the cluster's own Service ``kubernetes``
+    gone = "the Service to go with its Job"
+    wait_for(lambda: not api["core"].list_namespaced_service("default", **ours).items, 30, gone)
 
 
 def test_a_restarted_trigger_goes_on_with_the_job_it_made_and_counts_the_interruption_once(
@@ -215,7 +217,7 @@ def test_mark_failed_deletes_the_job_and_its_service(kubernetes_emulator: Kubern
     api = clients(kubernetes_emulator)
     wait_for(lambda: not api["batch"].list_namespaced_job("default").items, 30, "the Job to go")
     wait_for(lambda: not api["core"].list_namespaced_pod("default").items, 30, "its pods to go")
-    assert not api["core"].list_namespaced_service("default").items
+    assert not api["core"].list_namespaced_service("default", label_selector=JOB_LABEL).items
 
 
 def test_mark_failed_under_throttling_deletes_the_current_job_within_the_triggerers_on_kill_budget(
@@ -240,7 +242,7 @@ def test_mark_failed_under_throttling_deletes_the_current_job_within_the_trigger
     assert throttled.hits == 2 * len(names)  # each Job and each Service once
     api = clients(kubernetes_emulator)
     wait_for(lambda: not api["batch"].list_namespaced_job("default").items, 30, "the Jobs to go")
-    assert not api["core"].list_namespaced_service("default").items
+    assert not api["core"].list_namespaced_service("default", label_selector=JOB_LABEL).items
 
 
 def test_a_kill_the_api_server_keeps_refusing_gives_up_within_the_on_kill_budget_naming_the_job(

@@ -157,11 +157,11 @@ def _configuration(emulator: KubernetesEmulator) -> client.Configuration:
 #: ``kubectl api-resources`` on a kube-apiserver (1.30+) for the kinds the emulator serves: the short
 #: names and categories are each registry's ``ShortNames()``/``Categories()``
 #: (``pkg/registry/core/*/storage/storage.go``, ``pkg/registry/batch/job/storage``): ConfigMap
-#: ``cm``, Event ``ev``, LimitRange ``limits``, Namespace ``ns``, Node ``no``, Pod
+#: ``cm``, Endpoints ``ep``, Event ``ev``, LimitRange ``limits``, Namespace ``ns``, Node ``no``, Pod
 #: ``po`` (all), ResourceQuota ``quota``, ServiceAccount ``sa``, Service ``svc`` (all); Secret and
 #: Job have none, Job is in ``all``.
 REAL_SHORT_NAMES = {
-    "configmaps": "cm", "events": "ev", "limitranges": "limits", "namespaces": "ns",
+    "configmaps": "cm", "endpoints": "ep", "events": "ev", "limitranges": "limits", "namespaces": "ns",
     "nodes": "no", "pods": "po", "resourcequotas": "quota", "secrets": "", "serviceaccounts": "sa",
     "services": "svc", "jobs": "",
 }  # fmt: skip
@@ -177,3 +177,16 @@ def test_short_names_and_categories_are_the_real_servers(kubernetes_emulator: Ku
     assert "configmap/settings" in names
     wide = kubectl(kubernetes_emulator, "api-resources", "--categories=all", "-o", "name").stdout.split()
     assert sorted(wide) == ["jobs.batch", "pods", "services"]
+
+
+def test_a_new_cluster_shows_the_kubernetes_service_as_a_real_one(kubernetes_emulator: KubernetesEmulator) -> None:
+    """``kubectl get svc,ep`` on a fresh kubeadm cluster: ``kubernetes  ClusterIP  10.96.0.1  <none>
+    443/TCP`` and its Endpoints at the API server's address and port."""
+    services = table(kubectl(kubernetes_emulator, "get", "svc").stdout)
+    assert [(r["NAME"], r["TYPE"], r["CLUSTER-IP"], r["PORT(S)"]) for r in services] == [
+        ("kubernetes", "ClusterIP", "10.96.0.1", "443/TCP")
+    ]
+    endpoints = table(kubectl(kubernetes_emulator, "get", "ep", "kubernetes").stdout)
+    assert endpoints[0]["ENDPOINTS"] == f"{kubernetes_emulator.host}:{kubernetes_emulator.port}"
+    maps = table(kubectl(kubernetes_emulator, "get", "cm", "-n", "kube-system").stdout)
+    assert [(r["NAME"], r["DATA"]) for r in maps] == [("kube-root-ca.crt", "1")]

@@ -13,6 +13,9 @@ from kubernetes import client
 
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 
+#: The root CA publisher's ConfigMap, in every namespace of a real cluster (1.21+): listed after ``cm-*``.
+ROOT_CA = "kube-root-ca.crt"
+
 
 def config_map(core: client.CoreV1Api, name: str, parity: int) -> None:
     core.create_namespaced_config_map("default", {"metadata": {"name": name, "labels": {"parity": str(parity)}}})
@@ -27,16 +30,16 @@ def test_pages_are_one_snapshot_with_a_continue_token_while_keys_follow(core: cl
         config_map(core, f"cm-{i}", i % 2)
     first = core.list_namespaced_config_map("default", limit=3)
     assert names(first) == ["cm-0", "cm-1", "cm-2"]
-    assert first.metadata._continue and first.metadata.remaining_item_count == 4
+    assert first.metadata._continue and first.metadata.remaining_item_count == 5
     # Changes after the first page are not in the next ones: they read the first page's resourceVersion.
     config_map(core, "cm-3a", 0)
     core.delete_namespaced_config_map("cm-4", "default")
     core.patch_namespaced_config_map("cm-5", "default", {"metadata": {"labels": {"parity": "changed"}}})
     second = core.list_namespaced_config_map("default", limit=3, _continue=first.metadata._continue)
     assert names(second) == ["cm-3", "cm-4", "cm-5"] and second.items[2].metadata.labels["parity"] == "1"
-    assert second.metadata.remaining_item_count == 1
+    assert second.metadata.remaining_item_count == 2
     last = core.list_namespaced_config_map("default", limit=3, _continue=second.metadata._continue)
-    assert names(last) == ["cm-6"]
+    assert names(last) == ["cm-6", ROOT_CA]
     assert last.metadata._continue is None and last.metadata.remaining_item_count is None  # the last page
     assert first.metadata.resource_version == second.metadata.resource_version == last.metadata.resource_version
     # A new list sees the changes.
@@ -67,9 +70,9 @@ def test_a_compacted_snapshot_expires_its_token_with_410_and_one_that_goes_on(
     assert (expired.value.status, status["reason"]) == (410, "Expired")
     # The Status's token goes on from the next key at the latest state: cm-3 is gone there.
     rest = core.list_namespaced_config_map("default", _continue=status["metadata"]["continue"])
-    assert names(rest) == ["cm-2", "cm-4"]
+    assert names(rest) == ["cm-2", "cm-4", ROOT_CA]
     # Starting again without continue is the consistent way.
-    assert names(core.list_namespaced_config_map("default", limit=10)) == ["cm-0", "cm-1", "cm-2", "cm-4"]
+    assert names(core.list_namespaced_config_map("default", limit=10)) == ["cm-0", "cm-1", "cm-2", "cm-4", ROOT_CA]
 
 
 def test_continue_with_a_resource_version_or_a_made_up_token_is_a_bad_request(core: client.CoreV1Api) -> None:
@@ -102,6 +105,6 @@ def test_short_pages_hold_the_matches_among_limit_keys_and_go_on_by_continue_alo
         token = listed.metadata._continue
         if not token:
             break
-    assert pages == [["cm-0"], [], ["cm-5"]]
+    assert pages == [["cm-0"], [], ["cm-5"], []]  # the last page's one key, ROOT_CA, is filtered out
     # Without a selector nothing is filtered out: full pages.
     assert names(core.list_namespaced_config_map("default", limit=4)) == ["cm-0", "cm-1", "cm-2", "cm-3"]

@@ -243,6 +243,7 @@ CATEGORIES = {"pods": ["all"], "services": ["all"], "jobs": ["all"]}
 SHORT_NAMES = {
     "pods": ["po"], "services": ["svc"], "nodes": ["no"], "namespaces": ["ns"], "events": ["ev"],
     "serviceaccounts": ["sa"], "resourcequotas": ["quota"], "limitranges": ["limits"], "configmaps": ["cm"],
+    "endpoints": ["ep"],
 }  # fmt: skip
 #: Kinds whose storage has no ``DeleteCollection``: the namespace registry does not offer it.
 NO_DELETE_COLLECTION = frozenset({"namespaces"})

@@ -39,6 +39,7 @@ from airflow_gpu.testing.kubernetes.phase_clock import PhaseClock
 from airflow_gpu.testing.kubernetes.scheduler_cache import SchedulerCache
 from airflow_gpu.testing.kubernetes.service_accounts import ServiceAccountController, admit_pod
 from airflow_gpu.testing.kubernetes.store import Obj, Store
+from airflow_gpu.testing.kubernetes.system_objects import KubernetesServiceController, RootCAPublisher
 
 NODE_SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
 DEFAULT_GRACE_SECONDS = 30
@@ -116,6 +117,7 @@ class ClusterState:
         #: a repeat counts up on the same Event, found without reading every Event of the namespace.
         self._events: dict[tuple[str, str, str, str], str] = {}
         self.service_accounts = ServiceAccountController(self.store)
+        self.root_ca = RootCAPublisher(self.store)
         self.images = ImageRegistry(cluster.missing_images)
         #: What declared images hold (``testing.images``): ENTRYPOINT, Cmd, the programs they lack.
         self.image_configs = ImageSet()
@@ -129,6 +131,7 @@ class ClusterState:
             self.store.create("nodes", "", node.to_node(index))
             self.devices.add_node(node.name, node.accelerator)
         self.addresses = services.Addresses()
+        self.kubernetes_service = KubernetesServiceController(self.store, self.addresses)
         self.garbage_collector = GarbageCollector(self)
         self.jobs = JobController(self, job_backoff_seconds)
         self.quotas = admission.QuotaController(self.store)

@@ -79,6 +79,7 @@ class KubernetesEmulator:
         if sockets:
             self.port = sockets[0].getsockname()[1]
         self.state.api_port = self.port
+        self.state.kubernetes_service.publish(self.host, self.port)
 
     async def stop_async(self) -> None:
         if self.state is not None:

@@ -5,8 +5,9 @@ affinity ``None``, port protocol ``TCP``, ``targetPort`` = ``port``, internal tr
 ``Cluster``), ``ValidateService`` (``pkg/apis/core/validation``) and the service REST storage,
 which allocates a cluster IP from the service CIDR (``10.96.0.0/12`` here, kubeadm's default) and
 node ports from 30000-32767. A headless Service (``clusterIP: None``) keeps ``None`` and needs no
-ports. Endpoints and EndpointSlices are not emulated; headless Services feed the pod DNS names
-(``dns.py``) instead.
+ports. Endpoints are stored as written (the API server's own ``kubernetes`` ones come from
+``system_objects``); no endpoints controller fills them for a selector, and EndpointSlices are not
+emulated: headless Services feed the pod DNS names (``dns.py``) instead.
 """
 
 from __future__ import annotations

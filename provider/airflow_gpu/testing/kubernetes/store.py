@@ -62,6 +62,7 @@ RESOURCES: dict[str, Resource] = {
         Resource("events", "Event", "v1", True),
         Resource("services", "Service", "v1", True),
         Resource("configmaps", "ConfigMap", "v1", True),
+        Resource("endpoints", "Endpoints", "v1", True),
         Resource("secrets", "Secret", "v1", True),
         Resource("serviceaccounts", "ServiceAccount", "v1", True),
         Resource("resourcequotas", "ResourceQuota", "v1", True),

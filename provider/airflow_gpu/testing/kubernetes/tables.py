@@ -496,11 +496,38 @@ SECRET_COLUMNS: list[Column] = [
     NAME, ("Type", "string", 0, "The type of the secret"), ("Data", "string", 0, "The number of entries."), AGE,
 ]  # fmt: skip
 SERVICE_ACCOUNT_COLUMNS: list[Column] = [NAME, ("Secrets", "string", 0, "Number of secrets."), AGE]
+ENDPOINTS_COLUMNS: list[Column] = [
+    NAME,
+    (
+        "Endpoints",
+        "string",
+        0,
+        "IP addresses which offer the related ports that are marked as ready. These endpoints should be "
+        "considered safe for load balancers and clients to utilize.",
+    ),
+    AGE,
+]
 
 
 def _config_map(obj: Obj, now: datetime) -> tuple[list[Any], list[Obj]]:
     data = len(obj.get("data") or {}) + len(obj.get("binaryData") or {})
     return [obj["metadata"]["name"], data, since(obj["metadata"].get("creationTimestamp"), now)], []
+
+
+def _endpoints(obj: Obj, now: datetime) -> tuple[list[Any], list[Obj]]:
+    """``formatEndpoints``: ``ip:port`` per ready address and port, three at most, then ``+ N more...``."""
+    shown: list[str] = []
+    count = 0
+    for subset in obj.get("subsets") or []:
+        ports = subset.get("ports") or [{}]
+        for port in ports:
+            for address in subset.get("addresses") or []:
+                count += 1
+                if len(shown) < 3:
+                    number = port.get("port")
+                    shown.append(f"{address.get('ip')}:{number}" if number else str(address.get("ip")))
+    text = ",".join(shown) + (f" + {count - 3} more..." if count > 3 else "") if shown else "<none>"
+    return [obj["metadata"]["name"], text, since(obj["metadata"].get("creationTimestamp"), now)], []
 
 
 def _secret(obj: Obj, now: datetime) -> tuple[list[Any], list[Obj]]:
@@ -542,6 +569,7 @@ PRINTERS: dict[str, tuple[list[Column], Printer]] = {
     "resourcequotas": (QUOTA_COLUMNS, _quota),
     "configmaps": (CONFIG_MAP_COLUMNS, _config_map),
     "secrets": (SECRET_COLUMNS, _secret),
+    "endpoints": (ENDPOINTS_COLUMNS, _endpoints),
     "serviceaccounts": (SERVICE_ACCOUNT_COLUMNS, _service_account),
 }
 
