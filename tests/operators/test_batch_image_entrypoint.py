@@ -20,9 +20,10 @@ from airflow_gpu.images import registry
 from airflow_gpu.operators.batch import GPUBatchOperator
 from airflow_gpu.testing.batch.emulator import BatchEmulator
 from airflow_gpu.testing.images import Image, distroless
+from tests.operators.conftest import LOG_LAG
 from tests.operators.task_context import Store, Ti
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fast_backoff")]
 QUEUES = {"spot": "gpu-spot", "on-demand": "gpu-on-demand"}
 #: ``train.py`` of an image built ``ENTRYPOINT ["python", "train.py"]``: it parses its own arguments.
 TRAIN = """import argparse, json
@@ -44,7 +45,7 @@ def fresh_registry_reads() -> None:
 def operator(image: str, command: list[str], **kwargs: Any) -> GPUBatchOperator:
     return GPUBatchOperator(
         task_id="train", accelerator="A10G:1", job_queues=QUEUES, image=image, command=command,
-        poll_interval=0.2, awslogs_fetch_interval=0.5, log_lag=3, spot={"capacity_timeout": 30}, **kwargs,
+        poll_interval=0.2, awslogs_fetch_interval=0.5, log_lag=LOG_LAG, spot={"capacity_timeout": 30}, **kwargs,
     )  # fmt: skip
 
 

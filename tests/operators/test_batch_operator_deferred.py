@@ -28,9 +28,10 @@ from airflow_gpu.testing.batch.emulator import BatchEmulator
 from airflow_gpu.testing.polling import wait_for
 from airflow_gpu.triggers.batch import GPUBatchJobTrigger
 from airflow_gpu.triggers.batch_resubmission import BatchResubmission
+from tests.operators.conftest import LOG_INGESTION_DELAY, LOG_LAG
 from tests.operators.test_batch_operator_runs import RESULT, Store, Ti, described, stopped_at
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fast_backoff")]
 QUEUES = {"spot": "gpu-spot", "on-demand": "gpu-on-demand"}
 #: Runs long enough to be reclaimed, then prints the result (the sleep is the workload's run time, not a wait).
 SLOW_RESULT = [sys.executable, "-c", f"import time; print('checkpoint 1', flush=True); time.sleep(6); {RESULT}"]
@@ -59,7 +60,7 @@ def operator(**kwargs: Any) -> GPUBatchOperator:
     kwargs.setdefault("command", SLOW_RESULT)
     spot = {"capacity_timeout": 60.0, "max_interruptions": 0, **kwargs.pop("spot", {})}
     return GPUBatchOperator(
-        task_id="train", job_queues=QUEUES, poll_interval=0.2, awslogs_fetch_interval=0.5, log_lag=3,
+        task_id="train", job_queues=QUEUES, poll_interval=0.2, awslogs_fetch_interval=0.5, log_lag=LOG_LAG,
         spot=spot, deferrable=True, **kwargs,
     )  # fmt: skip
 
@@ -357,7 +358,7 @@ def test_the_trigger_skips_a_placement_its_queue_does_not_launch_as_the_worker_w
         ),
         DEMO.queues,
     )
-    with BatchEmulator(setup, stop_timeout=2) as emulator:
+    with BatchEmulator(setup, stop_timeout=2, log_ingestion_delay=LOG_INGESTION_DELAY) as emulator:
         monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", emulator.airflow_connection_uri())
         emulator.stall("gpu-spot-ce")
         ti, spot = Ti(), {"capacity_timeout": 1.0}

@@ -18,9 +18,10 @@ import pytest
 from airflow_gpu.operators.batch import STATE_KEY, GPUBatchOperator
 from airflow_gpu.testing.batch.emulator import BatchEmulator
 from airflow_gpu.testing.polling import wait_for
+from tests.operators.conftest import LOG_INGESTION_DELAY, LOG_LAG
 from tests.operators.task_context import Store, Ti
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fast_backoff")]
 QUEUES = {"spot": "gpu-spot", "on-demand": "gpu-on-demand"}
 RESULT = "print('::airflow-gpu-result::' + '{\"loss\": 0.25}')"
 
@@ -30,9 +31,9 @@ def operator(**kwargs: Any) -> GPUBatchOperator:
     kwargs.setdefault("job_queues", QUEUES)
     kwargs.setdefault("command", [sys.executable, "-c", RESULT])
     spot = {"capacity_timeout": 1.0, **kwargs.pop("spot", {})}
-    # log_lag: twice the emulator's ingestion delay (1.5 s) is the bound on it here, as 10 s is on AWS.
+    # log_lag: twice the emulator's ingestion delay is the bound on it here (conftest), as 10 s is on AWS.
     return GPUBatchOperator(
-        task_id="train", poll_interval=0.2, awslogs_fetch_interval=0.5, log_lag=3, spot=spot, **kwargs
+        task_id="train", poll_interval=0.2, awslogs_fetch_interval=0.5, log_lag=LOG_LAG, spot=spot, **kwargs
     )
 
 
@@ -216,7 +217,8 @@ def test_a_job_the_queues_time_limit_cancelled_moves_on_as_unschedulable(monkeyp
     limit = {"reason": "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY", "state": "RUNNABLE", "action": "CANCEL"}
     limit["maxTimeSeconds"] = 1  # AWS's minimum is 600; the emulator takes less
     spot = QueueSpec("gpu-spot", ("gpu-spot-ce",), job_state_time_limit_actions=(limit,))
-    with BatchEmulator(replace(DEMO, queues=(spot, DEMO.queues[1])), stop_timeout=2) as emulator:
+    setup = replace(DEMO, queues=(spot, DEMO.queues[1]))
+    with BatchEmulator(setup, stop_timeout=2, log_ingestion_delay=LOG_INGESTION_DELAY) as emulator:
         monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", emulator.airflow_connection_uri())
         emulator.stall("gpu-spot-ce")
         ti = Ti()
@@ -338,7 +340,7 @@ def test_a_multi_node_job_without_a_result_returns_none(aws_default_connection: 
 
     op = MultiNodeBatchOperator(
         task_id="train", accelerator="A10G:1", job_queue="gpu-on-demand", gpu_profile=False, poll_interval=0.2,
-        awslogs_fetch_interval=0.5, log_lag=3, command=[sys.executable, "-c", "print('node done')"],
+        awslogs_fetch_interval=0.5, log_lag=LOG_LAG, command=[sys.executable, "-c", "print('node done')"],
     )  # fmt: skip
     op.num_nodes = 2
     with capture_logs() as logs:

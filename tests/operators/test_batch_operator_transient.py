@@ -5,14 +5,14 @@ The faults are the emulator's (``testing/batch/throttle.py``), answered as AWS a
 ``TooManyRequestsException`` and 500 ``ServerException`` from Batch, 503 from a front end,
 ``ThrottlingException`` from CloudWatch Logs, and connections that drop before or after the
 service acted (a SubmitJob whose job exists but whose answer never came). botocore's backoff and
-ours are shortened (``fast_backoff``); how many attempts each gets is left as configured.
+ours are shortened (``fast_backoff``, ``tests/quick_waits.py``); how many attempts each gets is left as
+configured.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
-import time
 from typing import Any
 
 import pytest
@@ -24,19 +24,7 @@ from tests.operators import test_batch_operator_deferred as deferred_tests
 from tests.operators.task_context import Store, Ti
 from tests.operators.test_batch_operator_runs import RESULT, described, operator
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True)
-def fast_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    """botocore's standard-mode pauses (up to 20 s each) and ours, a hundredth of a second here: the number
-    of attempts, what these tests are about, stays as configured."""
-    from botocore.retries.standard import ExponentialBackoff
-
-    from airflow_gpu.utils import batch_retries
-
-    monkeypatch.setattr(ExponentialBackoff, "delay_amount", lambda self, context: 0.01)
-    monkeypatch.setattr(batch_retries, "sleep", lambda seconds: time.sleep(0.01))
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fast_backoff")]
 
 
 def test_a_submit_whose_answer_was_lost_is_followed_not_submitted_again(aws_default_connection: BatchEmulator) -> None:
