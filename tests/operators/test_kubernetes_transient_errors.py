@@ -13,6 +13,7 @@ from airflow_gpu.operators.kubernetes import GPUKubernetesOperator
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 from tests.operators.task_context import Store, Ti
 
+pytestmark = pytest.mark.usefixtures("fast_api_backoff")
 RESULT = "import time; time.sleep(2); print('::airflow-gpu-result::' + '{\"loss\": 0.5}')"
 
 

@@ -25,7 +25,7 @@ from airflow_gpu.utils.training_job import JOB_LABEL, JOB_TTL_SECONDS
 from tests.operators.task_context import Store
 from tests.operators.test_training_job_runs import context, jobs, training
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fast_api_backoff")]
 
 QUOTA_MESSAGE = "exceeded quota: gpus, requested: requests.nvidia.com/gpu=1"
 

@@ -29,7 +29,8 @@ from tests.kubernetes_history import JobHistory
 from tests.operators.task_context import Store, Ti
 from tests.operators.test_accelerate_operator import SCRIPT
 
-pytestmark = pytest.mark.slow  # imports cncf-kubernetes' operator and triggers (seconds of CPU)
+# slow: imports cncf-kubernetes' operator and triggers (seconds of CPU)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fast_api_backoff")]
 
 INDEX = "batch.kubernetes.io/job-completion-index"
 RESULT = '::airflow-gpu-result::{"loss": 0.25}'

@@ -15,8 +15,10 @@ from kubernetes import client, config
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 from airflow_gpu.triggers.kubernetes import LAST_SEEN_KEY, GPUPodTrigger
 from airflow_gpu.triggers.pod_watch import WATCH_LABEL, SharedPodWatch
+from tests.triggers.conftest import ON_KILL_TIMEOUT
 
-pytestmark = pytest.mark.slow  # imports cncf-kubernetes' triggers and async hook (seconds of CPU)
+# slow: imports cncf-kubernetes' triggers and async hook (seconds of CPU)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fast_api_backoff")]
 
 
 def trigger(emulator: KubernetesEmulator, name: str, **options: Any) -> GPUPodTrigger:
@@ -396,13 +398,16 @@ def test_mark_failed_deletes_the_pod_though_the_runner_cancels_on_kill_again(
 
 
 def test_mark_failed_under_throttling_deletes_the_running_pod_within_the_triggerers_on_kill_budget(
-    kubernetes_emulator: KubernetesEmulator,
+    kubernetes_emulator: KubernetesEmulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The API server throttles every delete once (429, ``Retry-After: 8``), and cncf-kubernetes' retry waits
-    it out. One delete at a time, in name order, the pod the trigger waits on (``-r3``, sorted last) would be
-    reached past the 30 s of ``[triggerer] on_kill_timeout``, after which the triggerer gives up on ``on_kill``:
-    the running pod stays, billed. All at once, it goes within one wait."""
+    """The API server throttles every delete once (429, ``Retry-After: 4``), and the kill's retry waits it
+    out. One delete at a time, in name order, the pod the trigger waits on (``-r3``, sorted last) would be
+    reached past the 16 s of ``[triggerer] on_kill_timeout`` set here (its retries stop 2 s before it), after
+    which the triggerer gives up on ``on_kill``: the running pod stays, billed. All at once, it goes within
+    one wait. (Production: ``Retry-After: 8`` against the 30 s default; the ratio is kept, the waiting cut.)"""
     from airflow_gpu.testing.polling import wait_for
+
+    monkeypatch.setenv("AIRFLOW__TRIGGERER__ON_KILL_TIMEOUT", str(ON_KILL_TIMEOUT))
 
     api = core(kubernetes_emulator)
     plan = spot_argument("throttled", max_interruptions=3)
@@ -411,13 +416,13 @@ def test_mark_failed_under_throttling_deletes_the_running_pod_within_the_trigger
         first_pod(api, plan, name, "sleep 600")
     arguments = trigger(kubernetes_emulator, "throttled-r3", termination_grace_period=0).serialize()[1]
     t = GPUPodTrigger(**{**arguments, "gpu_spot": plan})
-    throttled = kubernetes_emulator.inject_api_fault(verb="delete", resource="pods", retry_after=8, times=len(names))
+    throttled = kubernetes_emulator.inject_api_fault(verb="delete", resource="pods", retry_after=4, times=len(names))
 
     async def body() -> None:
         waiting = asyncio.create_task(first_event(t))
         await asyncio.sleep(1)
         waiting.cancel()  # as the triggerer does, before it calls on_kill within its budget
-        await asyncio.wait_for(t.on_kill(), 30)  # [triggerer] on_kill_timeout's default
+        await asyncio.wait_for(t.on_kill(), ON_KILL_TIMEOUT)  # the runner's wait for on_kill
 
     asyncio.run(body())
     assert throttled.hits == len(names)

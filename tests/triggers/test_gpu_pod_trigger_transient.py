@@ -5,6 +5,7 @@ behaviour 3): every call but the shared watch's (which backs off on its own) is 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
@@ -17,7 +18,8 @@ from airflow_gpu.triggers.kubernetes import GPUPodTrigger
 from airflow_gpu.triggers.pod_watch import SharedPodWatch
 from tests.triggers.test_gpu_pod_trigger import core, first_event, first_pod, spot_argument, trigger
 
-pytestmark = pytest.mark.slow  # imports cncf-kubernetes' triggers and async hook (seconds of CPU)
+# slow: imports cncf-kubernetes' triggers and async hook (seconds of CPU)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fast_api_backoff")]
 
 
 def connection(emulator: KubernetesEmulator) -> ClusterConnection:
@@ -31,7 +33,7 @@ def test_a_node_read_rides_out_a_reset_and_5xx_rather_than_calling_its_fate_unkn
     trigger, a 503 made the node's fate unknown. A 403 (no ``get nodes``) is not asked again."""
     kubernetes_emulator.inject_api_fault(verb="get", resource="nodes", status=0, times=1)
     kubernetes_emulator.inject_api_fault(verb="get", resource="nodes", status=503, times=1)
-    kubernetes_emulator.inject_api_fault(verb="get", resource="nodes", status=429, retry_after=1, times=1)
+    kubernetes_emulator.inject_api_fault(verb="get", resource="nodes", status=429, retry_after=0.2, times=1)
     assert asyncio.run(cluster.node_stays(connection(kubernetes_emulator), "gpu-on-demand-1")) is True
     assert kubernetes_emulator.api_requests("GET", "nodes") == 4
     kubernetes_emulator.inject_api_fault(verb="get", resource="nodes", status=403, times=None)
@@ -39,15 +41,21 @@ def test_a_node_read_rides_out_a_reset_and_5xx_rather_than_calling_its_fate_unkn
     assert kubernetes_emulator.api_requests("GET", "nodes") == 5
 
 
-def test_a_listing_that_is_throttled_is_asked_again(kubernetes_emulator: KubernetesEmulator) -> None:
-    """A restarted trigger lists its try's pods to find where it stands; a 429 there used to end the search."""
+def test_a_listing_that_is_throttled_is_asked_again(
+    kubernetes_emulator: KubernetesEmulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A restarted trigger lists its try's pods to find where it stands; a 429 there used to end the search.
+    The pause before asking again is the 429's ``Retry-After`` (0.2 s here), not the backoff's own."""
     api = core(kubernetes_emulator)
     plan = spot_argument("listed")
     first_pod(api, plan, "listed", "sleep 600")
-    kubernetes_emulator.inject_api_fault(verb="list", resource="pods", status=429, retry_after=1, times=1)
+    kubernetes_emulator.inject_api_fault(verb="list", resource="pods", status=429, retry_after=0.2, times=1)
     kubernetes_emulator.inject_api_fault(verb="list", resource="pods", status=500, times=1)
-    found = asyncio.run(cluster.list_objects(connection(kubernetes_emulator), "pods", "default", "task_id=t"))
+    with caplog.at_level(logging.WARNING):
+        found = asyncio.run(cluster.list_objects(connection(kubernetes_emulator), "pods", "default", "task_id=t"))
     assert [p["metadata"]["name"] for p in found] == ["listed"]
+    pauses = [m for m in caplog.messages if "asking again" in m]
+    assert len(pauses) == 2 and "(429); asking again in 0.2 s" in pauses[0], pauses
 
 
 def test_a_replacement_rides_out_throttling_5xx_and_a_lost_create_response(
@@ -68,9 +76,9 @@ def test_a_replacement_rides_out_throttling_5xx_and_a_lost_create_response(
         await asyncio.wait_for(watch.synced.wait(), 30)
         for rule in (
             {"verb": "get", "resource": "pods/log", "status": 503, "times": 2},
-            {"verb": "delete", "resource": "pods", "status": 429, "retry_after": 1, "times": 1},
+            {"verb": "delete", "resource": "pods", "status": 429, "retry_after": 0.2, "times": 1},
             {"verb": "delete", "resource": "pods", "status": 0, "times": 1},
-            {"verb": "create", "resource": "pods", "status": 429, "retry_after": 1, "times": 1},
+            {"verb": "create", "resource": "pods", "status": 429, "retry_after": 0.2, "times": 1},
             {"verb": "create", "resource": "pods", "status": 0, "served": True, "times": 1},
         ):
             kubernetes_emulator.inject_api_fault(**rule)

@@ -19,7 +19,8 @@ from kubernetes import client, config
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 from airflow_gpu.triggers.pod_watch import WATCH_LABEL, ClusterConnection, PodState, SharedPodWatch
 
-pytestmark = pytest.mark.slow  # imports cncf-kubernetes' async hook (seconds of CPU)
+# slow: imports cncf-kubernetes' async hook (seconds of CPU)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fast_api_backoff")]
 
 
 def connection(emulator: KubernetesEmulator) -> ClusterConnection:
@@ -140,7 +141,7 @@ def test_a_pod_deleted_before_anyone_watched_is_reported_gone_and_throttling_is_
     kubernetes_emulator: KubernetesEmulator,
 ) -> None:
     api = core(kubernetes_emulator)
-    kubernetes_emulator.inject_api_fault(verb="list", resource="pods", status=429, retry_after=1, times=1)
+    kubernetes_emulator.inject_api_fault(verb="list", resource="pods", status=429, retry_after=0.2, times=1)
 
     async def body() -> PodState:
         watch = SharedPodWatch.get(connection(kubernetes_emulator), "default")

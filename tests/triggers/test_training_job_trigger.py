@@ -25,8 +25,10 @@ from airflow_gpu.triggers.training_job import GPUTrainingJobTrigger
 from airflow_gpu.utils.manifest_delta import delta
 from airflow_gpu.utils.training_job import JOB_LABEL, NAME_TOKEN, STATE_ANNOTATION, job_manifests, with_state
 from tests.kubernetes_history import JobHistory
+from tests.triggers.conftest import ON_KILL_TIMEOUT
 
-pytestmark = pytest.mark.slow  # imports cncf-kubernetes' triggers and async hook (seconds of CPU)
+# slow: imports cncf-kubernetes' triggers and async hook (seconds of CPU)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fast_api_backoff")]
 
 INDEX = "batch.kubernetes.io/job-completion-index"
 IDENTITY = {"dag_id": "d", "task_id": "train", "run_id": "r", "try_number": "1"}
@@ -221,22 +223,24 @@ def test_mark_failed_deletes_the_job_and_its_service(kubernetes_emulator: Kubern
 
 
 def test_mark_failed_under_throttling_deletes_the_current_job_within_the_triggerers_on_kill_budget(
-    kubernetes_emulator: KubernetesEmulator,
+    kubernetes_emulator: KubernetesEmulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every delete is throttled once (429, ``Retry-After: 8``) and waited out by cncf-kubernetes' retry. One
-    object at a time in name order, the current Job (``-r2``, sorted last) would be reached past the 30 s of
-    ``[triggerer] on_kill_timeout`` and run on, billed; all at once, it goes within one wait."""
+    """Every delete is throttled once (429, ``Retry-After: 4``) and waited out by the kill's retry. One object
+    at a time in name order, the current Job (``-r2``, sorted last) would be reached past the 16 s of
+    ``[triggerer] on_kill_timeout`` set here (its retries stop 2 s before it) and run on, billed; all at once,
+    it goes within one wait. (Production: ``Retry-After: 8`` against the 30 s default; the ratio is kept.)"""
+    monkeypatch.setenv("AIRFLOW__TRIGGERER__ON_KILL_TIMEOUT", str(ON_KILL_TIMEOUT))
     names = ["train-slow", "train-slow-r1", "train-slow-r2"]
     for name in names:  # Jobs of this try that had not ended (a twin trigger's, say)
         submit(kubernetes_emulator, arguments(kubernetes_emulator, name, "sleep 600"))
     trigger = GPUTrainingJobTrigger(**arguments(kubernetes_emulator, "train-slow-r2", "sleep 600"))
-    throttled = kubernetes_emulator.inject_api_fault(verb="delete", retry_after=8, times=2 * len(names))
+    throttled = kubernetes_emulator.inject_api_fault(verb="delete", retry_after=4, times=2 * len(names))
 
     async def body() -> None:
         waiting = asyncio.create_task(final_event(trigger))
         await asyncio.sleep(1)
         waiting.cancel()  # as the triggerer does, before it calls on_kill within its budget
-        await asyncio.wait_for(trigger.on_kill(), 30)  # [triggerer] on_kill_timeout's default
+        await asyncio.wait_for(trigger.on_kill(), ON_KILL_TIMEOUT)  # the runner's wait for on_kill
 
     asyncio.run(body())
     assert throttled.hits == 2 * len(names)  # each Job and each Service once

@@ -77,6 +77,9 @@ class ApiFault:
     ``served`` (with status ``0`` only): the request is carried out, then the connection is reset before
     the response goes out, as when a load balancer or a restarting API server drops it after etcd wrote:
     a create that the client never hears of, which its retry then meets as ``409 AlreadyExists``.
+    ``retry_after`` (seconds) goes out as ``Retry-After`` and ``details.retryAfterSeconds``. An API server
+    sends whole seconds, and the sync client's urllib3 refuses a fraction in the header; a fraction (0.2)
+    is for tests of the asyncio clients, which read it as a number, that need not wait a whole second.
     """
 
     verb: str | None = None
@@ -84,7 +87,7 @@ class ApiFault:
     namespace: str | None = None
     name: str | None = None
     status: int = 429
-    retry_after: int | None = None
+    retry_after: float | None = None
     times: int | None = 1
     cut_after: int | None = None
     message: str | None = None
