@@ -110,7 +110,8 @@ def test_patch_formats_and_status_subresource(core: client.CoreV1Api) -> None:
     status = core.patch_namespaced_pod_status(
         "patched", "default", {"status": {"conditions": [{"type": "Custom", "status": "True"}]}}
     )
-    assert [c.type for c in status.status.conditions] == ["Custom"]
+    types = [c.type for c in status.status.conditions]  # strategic merge: conditions merge by ``type``
+    assert types[-1] == "Custom" and "PodScheduled" in types
     before = core.read_namespaced_pod("patched", "default").metadata.resource_version
     core.patch_namespaced_pod("patched", "default", {"metadata": {"annotations": {"a": "b"}}})
     assert int(core.read_namespaced_pod("patched", "default").metadata.resource_version) > int(before)

@@ -521,7 +521,7 @@ async def patch(request: web.Request) -> web.Response:
     raw = await request.read()
     body = field_validation.loads(raw) if raw else {}
     content_type = request.content_type or patching.MERGE
-    patched = patching.apply(copy.deepcopy(current), body, content_type)
+    patched = patching.apply(copy.deepcopy(current), body, content_type, openapi.model_name(resource))
     if not isinstance(patched, dict):
         raise ApiError(422, "Invalid", "the patch did not produce an object")
     merged = field_validation.plain(patched)
