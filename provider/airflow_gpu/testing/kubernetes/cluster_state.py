@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_gpu.testing.images import ImageSet
-from airflow_gpu.testing.kubernetes import admission, config_data, dns, services, volumes
+from airflow_gpu.testing.kubernetes import admission, config_data, dns, pod_security, services, volumes
 from airflow_gpu.testing.kubernetes.api_faults import ApiFaults
 from airflow_gpu.testing.kubernetes.cluster import ClusterSpec, NodeSpec
 from airflow_gpu.testing.kubernetes.container_start import START_ERROR_REASON
@@ -148,6 +148,7 @@ class ClusterState:
         causes = validate_pod(pod)
         if causes:
             raise invalid("Pod", str(metadata.get("name") or ""), causes)
+        pod_security.admit_pod(self.store, namespace, pod)  # validating, before ResourceQuota, as the chain runs
         admission.admit_validating(self.store, "pods", namespace, pod)  # LimitRanger, ResourceQuota
         spec = pod["spec"]
         spec.setdefault("restartPolicy", "Always")
