@@ -4,6 +4,15 @@
 picks its own password; this starts the four parts on 127.0.0.1 with a free port, a small
 ``parallelism`` for a 2-core machine, one JWT secret shared by every part, and a fixed admin
 password, each in its own process group so that ``stop()`` leaves nothing behind.
+
+The production shape (the soak, ``make soak``) is the same class with ``celery_broker`` set:
+CeleryExecutor with that Redis as broker and the metadata database as Celery's result backend,
+``celery_workers`` ``airflow celery worker`` processes (each its own ``--celery-hostname``) and
+``triggerers`` triggerers for HA. Workers and triggerers then skip their log servers: they all
+share this machine and one ``AIRFLOW_HOME``, where the api-server reads the task logs from disk,
+and Airflow's fixed log-server ports (8793, 8794) would be taken by the first of each.
+``kill_part`` and ``restart_part`` let a fault injector SIGKILL one part and start it again, as a
+supervisor (systemd, Kubernetes) would.
 """
 
 from __future__ import annotations
@@ -30,6 +39,10 @@ COMPONENTS: tuple[tuple[str, ...], ...] = (
     ("dag-processor",),
     ("triggerer",),
 )
+#: CeleryExecutor's ``[celery] result_backend`` on the metadata database: SQLAlchemy's URL behind
+#: Celery's ``db+`` prefix, with the driver named: SQLAlchemy 2 reads a bare ``postgresql://`` as
+#: psycopg 3 here, which Airflow does not install (the scheduler died on its first task).
+CELERY_DATABASE_PREFIXES = ("postgresql+psycopg2://", "postgresql://")
 
 
 def free_port() -> int:
@@ -51,9 +64,16 @@ class AirflowStack:
         parallelism: int = 4,
         extra_env: dict[str, str] | None = None,
         users: dict[str, str] | None = None,
+        celery_broker: str | None = None,
+        celery_workers: int = 2,
+        celery_concurrency: int = 4,
+        triggerers: int = 1,
     ) -> None:
         """``users``: more simple-auth-manager users beside the admin, name -> role (``viewer``, ``user``,
-        ``op``, ``admin``), each with a generated password (``passwords``)."""
+        ``op``, ``admin``), each with a generated password (``passwords``). ``celery_broker`` (a
+        ``redis://`` URL) selects CeleryExecutor with ``celery_workers`` workers of
+        ``celery_concurrency`` slots each; the metadata database must then be PostgreSQL
+        (``extra_env``), where Celery keeps its results."""
         self.home = home.resolve()
         self.dags_folder = dags_folder.resolve()
         self.port = port or free_port()
@@ -62,7 +82,13 @@ class AirflowStack:
         self.passwords = {name: secrets.token_urlsafe(12) for name in self.roles} | {self.username: password}
         self.parallelism = parallelism
         self.extra_env = extra_env or {}
+        self.celery_broker = celery_broker
+        self.celery_workers = celery_workers if celery_broker else 0
+        self.celery_concurrency = celery_concurrency
+        self.triggerers = triggerers
         self.processes: list[subprocess.Popen[bytes]] = []
+        self.parts: dict[str, subprocess.Popen[bytes]] = {}  # part name (its log's name) -> its process
+        self.restarts: dict[str, int] = {}
         self._token: str | None = None
 
     @property
@@ -101,7 +127,35 @@ class AirflowStack:
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
             **self.extra_env,
         }
+        if self.celery_broker:
+            env |= self.celery_env(env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
         return env
+
+    def celery_env(self, database: str) -> dict[str, str]:
+        """CeleryExecutor's settings: Redis as broker, results in the metadata database."""
+        prefix = next((p for p in CELERY_DATABASE_PREFIXES if database.startswith(p)), None)
+        if prefix is None:
+            raise ValueError(f"CeleryExecutor's result backend needs PostgreSQL, not {database.split(':')[0]}")
+        return {
+            "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
+            "AIRFLOW__CELERY__BROKER_URL": str(self.celery_broker),
+            "AIRFLOW__CELERY__RESULT_BACKEND": "db+postgresql+psycopg2://" + database.removeprefix(prefix),
+            "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(self.celery_concurrency),
+        }
+
+    def components(self) -> dict[str, tuple[str, ...]]:
+        """Part name -> its ``airflow`` arguments, in start order (the four COMPONENTS first)."""
+        parts: dict[str, tuple[str, ...]] = {"api-server": ("api-server",), "scheduler": ("scheduler",)}
+        parts["dag-processor"] = ("dag-processor",)
+        production = self.celery_broker is not None or self.triggerers > 1
+        skip_logs = ("--skip-serve-logs",) if production else ()
+        for number in range(1, self.triggerers + 1):
+            parts["triggerer" if self.triggerers == 1 else f"triggerer-{number}"] = ("triggerer", *skip_logs)
+        for number in range(1, self.celery_workers + 1):
+            name = f"worker-{number}"
+            parts[name] = ("celery", "worker", "--celery-hostname", f"{name}@%h", "--skip-serve-logs",
+                           "--concurrency", str(self.celery_concurrency))  # fmt: skip
+        return parts
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -115,25 +169,43 @@ class AirflowStack:
         if migrate.returncode != 0:
             raise RuntimeError(f"airflow db migrate failed:\n{migrate.stderr.decode()[-3000:]}")
         self._use_write_ahead_log(env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
-        logs = self.home / "logs"
-        logs.mkdir(exist_ok=True)
-        for component in COMPONENTS:
-            log = (logs / f"{component[0]}.log").open("wb")
-            self.processes.append(
-                subprocess.Popen(
-                    [str(Path(sys.executable).parent / "airflow"), *component],
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,  # its own process group: stop() reaches its children
-                )
-            )
+        (self.home / "logs").mkdir(exist_ok=True)
+        for name in self.components():
+            self._start_part(name, env)
         try:
             wait_for(self._healthy, timeout, "the Airflow API server to answer", interval=0.5)
         except TimeoutError:
             self.stop()
             raise
         return self
+
+    def _start_part(self, name: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        with (self.home / "logs" / f"{name}.log").open("ab") as log:
+            process = subprocess.Popen(
+                [str(Path(sys.executable).parent / "airflow"), *self.components()[name]],
+                env=env or self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: stop() reaches its children
+            )
+        self.parts[name] = process
+        self.processes.append(process)
+        return process
+
+    def kill_part(self, name: str) -> None:
+        """SIGKILL one part and every process of its group (a worker's task processes too), as the
+        kernel's OOM killer or a lost machine would: no cleanup runs."""
+        process = self.parts[name]
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+    def restart_part(self, name: str) -> subprocess.Popen[bytes]:
+        """Start a killed (or exited) part again, as its supervisor would."""
+        if self.parts[name].poll() is None:
+            self.kill_part(name)
+        self.restarts[name] = self.restarts.get(name, 0) + 1
+        return self._start_part(name)
 
     @staticmethod
     def _use_write_ahead_log(database: str) -> None:
@@ -172,6 +244,7 @@ class AirflowStack:
                 os.killpg(process.pid, signal.SIGKILL)  # children of the part, too
             process.wait()
         self.processes.clear()
+        self.parts.clear()
 
     def __enter__(self) -> AirflowStack:
         return self.start()
