@@ -7,22 +7,44 @@ tests/docs/test_site.py opens the built site in a real browser: every page, link
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+# autodoc imports the operators, hence Airflow, which reads (and first writes) $AIRFLOW_HOME/airflow.cfg:
+# a build must not create or read a developer's ~/airflow, and Airflow's INFO lines are not the build's.
+os.environ.setdefault("AIRFLOW_HOME", str(HERE / "_build" / "airflow-home"))
+os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
 sys.path.insert(0, str(HERE / "_ext"))
 sys.path.insert(0, str(HERE.parent / "provider"))
 
 from airflow_gpu import __version__  # noqa: E402
 
+sys.path.insert(0, str(HERE / "_inventories"))
+from provider_inventories import PROVIDERS, base_url  # noqa: E402
+
 project = "airflow-provider-gpu"
 author = "airflow-provider-gpu developers"
 release = version = __version__
-extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx_copybutton", "catalog_table"]
+extensions = [
+    "sphinx.ext.autodoc",
+    "sphinx.ext.intersphinx",
+    "sphinx.ext.napoleon",
+    "sphinx_copybutton",
+    "catalog_table",
+    "operator_arguments",
+]
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
-exclude_patterns = ["_build"]
+exclude_patterns = ["_build", "_inventories"]
+# The reference links to the official providers' API docs. Their inventories are shipped in
+# _inventories/ (provider_inventories.py says how they were made and how to refresh them), never downloaded at
+# build time: the build runs with no network, and -W would fail on a fetch error.
+INVENTORIES = HERE / "_inventories"
+intersphinx_mapping = {
+    name: (base_url(distribution), str(INVENTORIES / f"{name}.inv")) for name, (distribution, _) in PROVIDERS.items()
+}
 html_theme = "furo"
 html_title = f"airflow-provider-gpu {release}"
 # Shell examples show `$ airflow-gpu ...`: a copy gives the command alone, not the prompt or its output.

@@ -148,3 +148,24 @@ def test_code_blocks_have_copy_buttons_and_the_theme_has_dark_mode(site: Path, p
     page.locator("button.theme-toggle:visible").first.click()  # type: ignore[attr-defined]
     page.locator("button.theme-toggle:visible").first.click()  # type: ignore[attr-defined]
     assert page.evaluate("document.body.dataset.theme") in {"dark", "light"}  # type: ignore[attr-defined]
+
+
+def test_reference_links_the_official_operators_api_docs(site: Path) -> None:
+    """The operators' bases and inherited arguments link to the providers' docs of the installed
+    versions, through the inventories shipped in docs/_inventories (no network at build time)."""
+    from importlib.metadata import version
+
+    text = (site / "reference" / "operators.html").read_text()
+    kubernetes = version("apache-airflow-providers-cncf-kubernetes")
+    amazon = version("apache-airflow-providers-amazon")
+    kpo = (
+        f"https://airflow.apache.org/docs/apache-airflow-providers-cncf-kubernetes/{kubernetes}/_api/airflow/"
+        "providers/cncf/kubernetes/operators/pod/index.html#airflow.providers.cncf.kubernetes.operators.pod."
+        "KubernetesPodOperator"
+    )
+    batch = (
+        f"https://airflow.apache.org/docs/apache-airflow-providers-amazon/{amazon}/_api/airflow/providers/amazon/"
+        "aws/operators/batch/index.html#airflow.providers.amazon.aws.operators.batch.BatchOperator"
+    )
+    assert f'href="{kpo}"' in text
+    assert f'href="{batch}"' in text

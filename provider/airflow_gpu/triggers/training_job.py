@@ -78,6 +78,7 @@ class GPUTrainingJobTrigger(BaseTrigger):
     :param startup_timeout: seconds a rank may fail to start (an image that does not pull).
     :param grace_period: the pods' termination grace period, for the wait on a deletion.
     :param deferred_at: when the task deferred (epoch seconds), for ``resume_dwell``.
+
     The connection fields are ``KubernetesPodTrigger``'s.
     """
 
