@@ -297,3 +297,36 @@ def test_a_pod_deleted_by_a_person_is_not_taken_for_a_reclaim(scenario_run: Scen
     assert [t["state"] for t in tries] == ["failed", "success"], tries
     assert "deleted while it ran" in scenario_run.log(try_number=1)
     assert scenario_run.xcom("gpu_interruptions") == []
+
+
+#: What the API server does to the task's calls, each once or twice, before answering as usual:
+#: throttling with Retry-After, a reset after the pod was written (the create's answer lost), server
+#: errors and a reset on its reads of the pod, server errors on the log that holds the result. Not on
+#: list or watch: the test's own PodWatch lists and watches the same namespace.
+TRANSIENT_API_FAULTS = (
+    {"verb": "create", "resource": "pods", "status": 429, "retry_after": 1, "times": 1},
+    {"verb": "create", "resource": "pods", "status": 0, "served": True, "times": 1},
+    {"verb": "get", "resource": "pods", "status": 500, "times": 2},
+    {"verb": "get", "resource": "pods", "status": 0, "times": 1},
+    {"verb": "get", "resource": "pods/log", "status": 503, "times": 2},
+)
+
+
+def transient_api_faults(emulator: KubernetesEmulator) -> None:
+    for rule in TRANSIENT_API_FAULTS:
+        emulator.inject_api_fault(**rule)
+
+
+@both_modes("gpu_kubernetes_transient", prepare=transient_api_faults)
+def test_throttling_5xx_and_resets_are_ridden_out_through_a_real_task(scenario_run: ScenarioRun) -> None:
+    """Issue 25, behaviour 3 (Kubernetes), end to end: one 429, 5xx or reset on the task's calls, in the
+    worker and (deferrable) around the triggerer's wait, does not fail it; the create whose answer was
+    lost is followed, not made twice."""
+    assert scenario_run.state() == "success"
+    assert_one_try(scenario_run, "success")  # retries=2: a failed try would show as a second one
+    assert scenario_run.xcom() == {"ok": True}
+    assert len(scheduled(scenario_run.emulator)) == 1  # one pod, ever
+    hit = [(f["verb"], f["resource"] + (f"/{f['subresource']}" if f["subresource"] else ""), f["status"])
+           for f in scenario_run.emulator.api_faults_injected]  # fmt: skip
+    expected = [(r["verb"], r["resource"], r["status"]) for r in TRANSIENT_API_FAULTS for _ in range(r["times"])]
+    assert sorted(hit) == sorted(expected), hit

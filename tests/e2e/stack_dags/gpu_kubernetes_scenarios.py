@@ -116,3 +116,7 @@ scenario(  # the test deletes the first pod by hand: not resubmitted, Airflow's 
     "gpu_kubernetes_deleted", accelerator="H100:8", capacity="spot", retries=1,
     spot=SpotPolicy(max_interruptions=3, grace_period_seconds=5), **TRAINING,
 )  # fmt: skip
+both_modes(  # issue 25, behaviour 3: the test's emulator throttles, fails and drops the task's calls
+    "gpu_kubernetes_transient", accelerator="L4", retries=2,
+    cmds=["sh", "-c", "echo '::airflow-gpu-result::{\"ok\": true}'"],
+)  # fmt: skip
