@@ -295,7 +295,8 @@ class IndexedJobTraining:
             )
             if ended is None and stuck is None and (count := missing.check(job, pods.current(), time.monotonic())):
                 expected = int(((job or {}).get("spec") or {}).get("parallelism") or 0)
-                stuck = refused(name, count, expected, startup, self.jobs.failed_creates(name)), None
+                refusal = refused(name, count, expected, startup, self.jobs.failed_creates(name), self.namespace)
+                stuck = refusal, None
             if stuck is not None:  # the ranks that run would wait at the rendezvous: stopped now, logs read to the end
                 self.jobs.delete(name, wait=False)
                 ended = stuck

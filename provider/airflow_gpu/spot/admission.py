@@ -26,6 +26,15 @@ REFUSED = "AdmissionRefused"
 QUOTA = re.compile(r"(?:exceeded|failed) quota: (?P<quota>[^,:\s]+)")
 RBAC = re.compile(r"cannot create resource")
 LIMIT_RANGE = re.compile(r"(?:maximum|minimum) \S+ usage per (?:Container|Pod) is|\S+ max limit to request ratio")
+#: ``k8s.io/pod-security-admission`` (``admission/admission.go``): ``violates PodSecurity "restricted:latest": ...``.
+POD_SECURITY = re.compile(r'violates PodSecurity "(?P<level>[a-z]+):[^"]*"')
+#: What ``restricted`` requires of a pod that sets nothing (``policy/check_*.go``), as the operators' KPO
+#: arguments take it: the pod's ``securityContext`` and every container's.
+RESTRICTED_CONTEXTS = (
+    "security_context={'runAsNonRoot': True, 'runAsUser': <non-zero>, 'seccompProfile': {'type': "
+    "'RuntimeDefault'}} and container_security_context={'allowPrivilegeEscalation': False, 'capabilities': "
+    "{'drop': ['ALL']}}"
+)
 
 
 @dataclass(frozen=True)
@@ -46,7 +55,21 @@ class Refusal:
             return f"grant the task's service account the right to create pods{where.replace(' -n', ' in namespace')}"
         if LIMIT_RANGE.search(self.message):
             return f"fit its requests and limits to the LimitRange (kubectl describe limitrange{where})"
+        if found := POD_SECURITY.search(self.message):
+            return self._pod_security(found.group("level"), where)
         return "ask the cluster's administrators about the admission policy or webhook that refused it"
+
+    def _pod_security(self, level: str, where: str) -> str:
+        """The namespace's ``pod-security.kubernetes.io/enforce`` level refused the pod: the operator's
+        arguments that meet it (``restricted``), or the fields to drop (``baseline`` forbids privileged,
+        host namespaces, hostPath volumes, host ports and added capabilities, never asks for a field)."""
+        label = f"kubectl get namespace{where.replace(' -n', '')} --show-labels"
+        if level == "restricted":
+            return (f"set the operator's {RESTRICTED_CONTEXTS}, as PodSecurity \"restricted\" requires of every "
+                    f"container, or run it in a namespace whose pod-security.kubernetes.io/enforce level admits it "
+                    f"({label})")  # fmt: skip
+        return (f"remove from the pod what PodSecurity \"{level}\" forbids (the fields named above), or run it in a "
+                f"namespace whose pod-security.kubernetes.io/enforce level admits it ({label})")  # fmt: skip
 
 
 def status_message(body: str | bytes | None) -> str | None:

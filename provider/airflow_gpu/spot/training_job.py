@@ -332,13 +332,15 @@ class MissingRanks:
         return missing if now - self.since > self.timeout else None
 
 
-def refused(name: str, missing: int, expected: int, timeout: float, events: Iterable[str]) -> Classification:
+def refused(
+    name: str, missing: int, expected: int, timeout: float, events: Iterable[str], namespace: str | None = None
+) -> Classification:
     """A Job whose ranks the API would not create, told with the latest ``FailedCreate`` message (the API
     server's words: ``pods "x" is forbidden: exceeded quota: ...``). Not a capacity shortage: no other
     placement changes a namespace's quota or policy, so it is infrastructure that is not transient."""
     messages = list(events)
     why = messages[-1] if messages else "no FailedCreate event of the Job says why (events expire after an hour)"
-    step = f"; {admission.read(why, None).what_to_do()}" if messages else ""
+    step = f"; {admission.read(why, namespace).what_to_do()}" if messages else ""
     return Classification(
         Outcome.INFRASTRUCTURE,
         FAILED_CREATE,

@@ -298,7 +298,7 @@ class GPUTrainingJobTrigger(BaseTrigger):
                 expected = int(self.plan["base"]["job"]["spec"].get("parallelism") or 0)  # the watch keeps Jobs slim
                 if ended is None and (count := missing.check(obj, seen_pods.current(), time.monotonic(), expected)):
                     events = await self._failed_creates(job)
-                    ended = refused(job, count, expected, float(self.startup_timeout), events), None
+                    ended = refused(job, count, expected, float(self.startup_timeout), events, self.namespace), None
                 if ended is not None:
                     return JobEnd(ended[0], ended[1], seen_pods)
         finally:
