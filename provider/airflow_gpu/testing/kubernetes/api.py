@@ -20,6 +20,7 @@ from airflow_gpu.testing.kubernetes import (
     paging,
     pod_exec,
     protobuf,
+    rbac,
     tables,
 )
 from airflow_gpu.testing.kubernetes import patch as patching
@@ -41,6 +42,8 @@ from airflow_gpu.testing.kubernetes.selectors import SelectorError, field_matche
 from airflow_gpu.testing.kubernetes.store import RESOURCES, Obj, Resource
 
 STATE_KEY: web.AppKey[ClusterState] = web.AppKey("state", ClusterState)
+#: The ServiceAccount tokens the TokenRequest API issued (``rbac``).
+TOKENS_KEY: web.AppKey[rbac.Tokens] = web.AppKey("tokens", rbac.Tokens)
 TRUE = {"true", "True", "1"}
 #: Metadata a client cannot change with PUT or PATCH.
 SERVER_OWNED_METADATA = (
@@ -154,6 +157,33 @@ async def _faults(request: web.Request, handler: Any) -> web.StreamResponse:
             state.api_faults.count(call, code)
 
 
+def _attributes(request: web.Request, call: ApiCall) -> list[rbac.Attributes]:
+    """What the authorizer is asked for ``call``: exec over a WebSocket (a GET) needs ``create`` too, as
+    kube-apiserver checks since 1.31 (AuthorizePodWebsocketUpgradeCreatePermission)."""
+    if not call.resource:
+        if request.path.endswith("/token") and request.match_info.get("name"):  # TokenRequest
+            info = request.match_info
+            return [rbac.Attributes("create", "serviceaccounts", "", "token", info["namespace"], info["name"])]
+        return [rbac.Attributes(call.verb, path=request.path)]
+    resource = RESOURCES.get(call.resource)
+    group = resource.group if resource is not None else ""
+    asked = rbac.Attributes(call.verb, call.resource, group, call.subresource, call.namespace, call.name)
+    if call.subresource == "exec" and call.verb == "get":
+        return [asked, rbac.Attributes("create", call.resource, group, "exec", call.namespace, call.name)]
+    return [asked]
+
+
+@web.middleware
+async def _authorize(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Authentication, then RBAC, before the handler (``rbac``); the emulator's own endpoints are open."""
+    call = describe(request)
+    if call is not None:
+        user = request.app[TOKENS_KEY].user(request.headers.get("Authorization"))
+        rbac.authorize(_state(request).store, user, _attributes(request, call))
+    answered: web.StreamResponse = await handler(request)
+    return answered
+
+
 def _cut(request: web.Request) -> None:
     """Drop the connection mid-stream, as a restarting API server or an idle-timeout proxy does."""
     if request.transport is not None:
@@ -228,14 +258,11 @@ async def api_versions(request: web.Request) -> web.Response:
 
 
 async def api_groups(request: web.Request) -> web.Response:
-    batch = {"groupVersion": "batch/v1", "version": "v1"}
-    return _json(
-        {
-            "kind": "APIGroupList",
-            "apiVersion": "v1",
-            "groups": [{"name": "batch", "versions": [batch], "preferredVersion": batch}],
-        }
-    )
+    groups = []
+    for name in ("batch", rbac.GROUP):
+        version = {"groupVersion": f"{name}/v1", "version": "v1"}
+        groups.append({"name": name, "versions": [version], "preferredVersion": version})
+    return _json({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 
 
 #: ``kubectl get all`` kinds and short names, as the real discovery lists them.
@@ -279,7 +306,7 @@ def _resource_list(group_version: str) -> dict[str, Any]:
             _subresource("pods/eviction", "Eviction", ["create"]),
             _subresource("services/status", "Service", status_verbs),
         ]
-    else:
+    elif group_version == "batch/v1":
         resources.append(_subresource("jobs/status", "Job", status_verbs))
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}
 
@@ -290,6 +317,29 @@ async def core_resources(request: web.Request) -> web.Response:
 
 async def batch_resources(request: web.Request) -> web.Response:
     return _json(_resource_list("batch/v1"))
+
+
+async def rbac_resources(request: web.Request) -> web.Response:
+    return _json(_resource_list(f"{rbac.GROUP}/v1"))
+
+
+async def token_request(request: web.Request) -> web.Response:
+    """The TokenRequest API (``kubectl create token``): a token that is the ServiceAccount's (``rbac``)."""
+    namespace, name = request.match_info["namespace"], request.match_info["name"]
+    _state(request).store.get("serviceaccounts", namespace, name)  # 404 for an account that is not there
+    body = await _body(request)
+    spec = body.get("spec") if isinstance(body, dict) else None
+    token = request.app[TOKENS_KEY].issue(namespace, name)
+    return _json(
+        {
+            "kind": "TokenRequest",
+            "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": spec or {},
+            "status": {"token": token, "expirationTimestamp": "2099-01-01T00:00:00Z"},
+        },
+        201,
+    )
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -445,7 +495,7 @@ async def _create(state: ClusterState, resource: Resource, namespace: str, body:
     causes = validate_metadata(body, resource.namespaced)
     if resource.plural in config_data.PLURALS:  # no spec, no status
         causes += config_data.admit(resource.plural, body)
-    elif resource.plural != "serviceaccounts":  # a ServiceAccount has neither either
+    elif resource.plural != "serviceaccounts" and resource.plural not in rbac.PLURALS:  # they have neither either
         body.setdefault("spec", {})
         body.setdefault("status", {})
         if resource.plural == "namespaces":  # the namespace registry's PrepareForCreate
@@ -736,10 +786,11 @@ async def control(request: web.Request) -> web.Response:
 
 
 def build_app(state: ClusterState) -> web.Application:
-    app = web.Application(middlewares=[_faults, _errors], client_max_size=16 * 2**20)
+    app = web.Application(middlewares=[_faults, _errors, _authorize], client_max_size=16 * 2**20)
     app[STATE_KEY] = state
+    app[TOKENS_KEY] = rbac.Tokens()
     core = "/api/v1"
-    batch = "/apis/{group:batch}/v1"
+    batch = "/apis/{group:batch|rbac\\.authorization\\.k8s\\.io}/v1"
     app.router.add_get("/version", version)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", healthz)
@@ -751,6 +802,7 @@ def build_app(state: ClusterState) -> web.Application:
     for slash in ("", "/"):  # the generated clients ask for /api/v1/ (get_api_resources)
         app.router.add_get(core + slash, core_resources)
         app.router.add_get("/apis/batch/v1" + slash, batch_resources)
+        app.router.add_get(f"/apis/{rbac.GROUP}/v1" + slash, rbac_resources)
     app.router.add_route("*", "/_emulator/{action}", control)
     app.router.add_get("/metrics", metrics)
     for prefix in (core, batch):
@@ -772,6 +824,7 @@ def build_app(state: ClusterState) -> web.Application:
         app.router.add_delete(prefix + "/{plural}/{name}", delete)
     app.router.add_get(core + "/namespaces/{namespace}/pods/{name}/log", pod_log)
     app.router.add_post(core + "/namespaces/{namespace}/pods/{name}/eviction", eviction)
+    app.router.add_post(core + "/namespaces/{namespace}/serviceaccounts/{name}/token", token_request)
     app.router.add_route("GET", core + "/namespaces/{namespace}/pods/{name}/exec", exec_command)
     app.router.add_route("POST", core + "/namespaces/{namespace}/pods/{name}/exec", exec_command)
     return app

@@ -40,6 +40,9 @@ META_MODELS = frozenset(
     {"ObjectMeta", "OwnerReference", "ManagedFieldsEntry", "LabelSelector", "LabelSelectorRequirement", "ListMeta"}
 )
 BATCH_PREFIXES = ("Job", "CronJob", "PodFailurePolicy", "SuccessPolicy", "UncountedTerminatedPods")
+RBAC_KINDS = frozenset(
+    {"Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding", "PolicyRule", "RoleRef", "AggregationRule"}
+)
 #: The query parameters of a write, as the API server lists them (``fieldValidation`` is what kubectl looks for).
 WRITE_PARAMETERS = {
     "dryRun": "When present, indicates that modifications should not be persisted.",
@@ -93,6 +96,8 @@ def definition_name(model: str) -> str:
         return f"io.k8s.api.{prefix.lower()}.{version}.{kind}"
     if kind in META_MODELS:
         return f"{META}.{kind}"
+    if kind in RBAC_KINDS:
+        return f"io.k8s.api.rbac.{version}.{kind}"
     if kind.startswith(BATCH_PREFIXES):
         return f"io.k8s.api.batch.{version}.{kind}"
     return f"io.k8s.api.core.{version}.{kind}"

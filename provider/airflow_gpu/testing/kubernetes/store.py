@@ -68,6 +68,11 @@ RESOURCES: dict[str, Resource] = {
         Resource("resourcequotas", "ResourceQuota", "v1", True),
         Resource("limitranges", "LimitRange", "v1", True),
         Resource("jobs", "Job", "batch/v1", True),
+        # What rbac authorizes ServiceAccounts' requests by.
+        Resource("roles", "Role", "rbac.authorization.k8s.io/v1", True),
+        Resource("rolebindings", "RoleBinding", "rbac.authorization.k8s.io/v1", True),
+        Resource("clusterroles", "ClusterRole", "rbac.authorization.k8s.io/v1", False),
+        Resource("clusterrolebindings", "ClusterRoleBinding", "rbac.authorization.k8s.io/v1", False),
     )
 }
 
