@@ -156,7 +156,8 @@ class GPUBatchOperator(BatchSubmission, BatchDeferral, BatchOperator):
         self.spot_run = SpotRun.start(policy, self.candidates, "batch", self.initial_capacity)  # type: ignore[arg-type]
         self._offers: dict[str, QueueOffer] = {}  # queue name -> what it launches, read at execute
         self._definitions: dict[int, str] = {}  # candidate -> its registered job definition's ARN
-        self._wrapper_forms: dict[int, str | None] = {}  # candidate -> how the profiler starts in its image
+        self._wrapper_forms: dict[int, str | None] = {}  # candidate -> SHELL if its ENTRYPOINT lets it be wrapped
+        self._forms_recalled = False  # the profiler forms of earlier tries were read (``operators.profiler_forms``)
         self._profile_notes: dict[int, str] = {}  # candidate -> why its jobs are not (fully) profiled
         self._logs: AttemptLogs | None = None
         self._context: Context | None = None

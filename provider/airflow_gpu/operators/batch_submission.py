@@ -27,11 +27,13 @@ from airflow_gpu.hooks.registry import read_entrypoint
 from airflow_gpu.images.entrypoint import EXECS_ARGUMENTS, WrapDecision, decide
 from airflow_gpu.operators.batch_deferral import JOB_ID_XCOM_KEY, STATE_KEY, first_job_name
 from airflow_gpu.operators.gpu_profile import ENV_SPOT_NOTICE, profiler_environment
+from airflow_gpu.operators.profiler_forms import recall, remember
 from airflow_gpu.operators.spot_task import save_run
-from airflow_gpu.profiling import bundle
+from airflow_gpu.profiling import bundle, wrapper_forms
 from airflow_gpu.spot import batch as spot_batch
 from airflow_gpu.spot.batch import FINAL
 from airflow_gpu.spot.policy import Placement
+from airflow_gpu.spot.start_failure import names_program
 from airflow_gpu.triggers.batch_resubmission import oldest_of_try, same_task_try, submission_name
 from airflow_gpu.utils.batch_links import persist_job_links
 
@@ -201,7 +203,9 @@ class BatchSubmission:
         """How the candidate's image runs the profiler: through ``/bin/sh`` (``bundle.SHELL``), through
         ``python3`` alone (``bundle.PYTHON``: an image without a shell), or not at all (None, and
         ``_profile_notes`` says why). Its ENTRYPOINT decides first (``images.entrypoint``): one that
-        would receive the wrapper as its arguments is never given it."""
+        would receive the wrapper as its arguments is never given it. Then the form recorded for the image
+        (``SpotRun.profiler_forms``: found by this run, carried through deferrals, or by an earlier try of
+        the task, from the task state store: ``operators.profiler_forms``)."""
         op = _operator(self)
         if candidate not in op._wrapper_forms:
             image = op.images[candidate]
@@ -216,24 +220,31 @@ class BatchSubmission:
             if decision.note:
                 op._profile_notes[candidate] = decision.note
                 op.log.warning("GPU profile: %s", decision.note)
-        return op._wrapper_forms[candidate]
+        if op._wrapper_forms[candidate] is None:
+            return None
+        recall(op, op._context)
+        image = op.images[candidate]
+        form = wrapper_forms.recorded(op.spot_run.profiler_forms, image)
+        if (note := wrapper_forms.note(image, form)) is not None:
+            op._profile_notes[candidate] = note
+        return None if form == wrapper_forms.NONE else form
 
     def _wrapper_fallback(self, job: Mapping[str, Any]) -> bool:
         """Whether ``job`` failed to start because its image lacks the wrapper's own program (no
-        ``/bin/sh`` in a distroless image, then no ``python3``): the next form is chosen (python3
-        alone, then none) for the job to be submitted again as it was, not as an interruption."""
+        ``/bin/sh`` in a distroless image, then no ``python3``): the next form is recorded for the image
+        and kept for the task's later tries, for the job to be submitted again as it was, not as an
+        interruption. The job's own command says which form it ran (a resumed worker process knows only
+        the run's state)."""
         op = _operator(self)
         candidate = op.spot_run.placement.candidate
-        form, program = op._wrapper_forms.get(candidate), spot_batch.missing_program(job)
-        if not (op._wrapped and form and program) or program not in (form, form.rsplit("/", 1)[-1]):
+        program, command = spot_batch.missing_program(job), (job.get("container") or {}).get("command")
+        form = wrapper_forms.form_of(command) if command else (op._wrapped and op._wrapper_form(candidate)) or None
+        if not (op.gpu_profile and form and program) or not names_program(program, form):
             return False
         image = op.images[candidate]
-        if form == bundle.SHELL:
-            op._wrapper_forms[candidate] = bundle.PYTHON
-            note = f"image {image} has no {program}: the profiler is started by python3 alone"
-        else:
-            op._wrapper_forms[candidate] = None
-            note = f"not profiled: image {image} has neither /bin/sh nor python3, which the profiler needs"
+        op.spot_run.profiler_forms[image] = wrapper_forms.next_form(form)
+        remember(op, op._context)
+        note = str(wrapper_forms.note(image, op.spot_run.profiler_forms[image]))
         op._profile_notes[candidate] = note
         op.log.warning("GPU profile: job %s could not start (%s); %s; submitting it again", job["jobId"], program, note)
         op.spot_run.resubmit_unchanged()

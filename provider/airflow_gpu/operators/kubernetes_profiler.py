@@ -11,7 +11,7 @@ profiled". The deferred task's trigger does the same itself (``triggers.pod_repl
 
 The form an image needs rides in the run's state (``SpotRun.profiler_forms``: through deferrals and on
 every pod), and is kept in the task state store (``FORMS_KEY``, Airflow 3.3+) so that the task's later
-tries start with it instead of failing to start first.
+tries start with it instead of failing to start first (``operators.profiler_forms``, shared with AWS Batch).
 """
 
 from __future__ import annotations
@@ -21,42 +21,18 @@ from typing import TYPE_CHECKING, Any
 from kubernetes.client import models as k8s
 
 from airflow_gpu.operators.gpu_profile import publish_profile, wrapped
+from airflow_gpu.operators.profiler_forms import FORMS_KEY, recall, remember
 from airflow_gpu.profiling import bundle, wrapper_forms
 from airflow_gpu.spot.start_failure import missing_program, names_program
-from airflow_gpu.utils import task_state
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_gpu.operators.kubernetes import GPUKubernetesOperator
 
-#: Task state store key of the forms the task's images need (image -> form), kept across tries.
-FORMS_KEY = "airflow_gpu_profiler_forms"
+__all__ = ["FORMS_KEY", "NO_CMDS", "fall_back", "publish", "recall", "remember", "wrap"]
+
 NO_CMDS = "the pod ran the image's own entrypoint (no `cmds`), which cannot be wrapped"
-
-
-def recall(op: GPUKubernetesOperator, context: Context | None) -> None:
-    """The forms an earlier try of the task found, once per task process (the run's own come first)."""
-    if context is None or op._forms_recalled:
-        return
-    op._forms_recalled = True
-    try:
-        kept = task_state.read(context, FORMS_KEY)
-    except Exception as error:  # the first form is tried; the run finds out again
-        op.log.warning("Could not read the profiler forms of earlier tries: %s", error)
-        return
-    if isinstance(kept, dict):
-        op.spot_run.profiler_forms = {**{str(k): str(v) for k, v in kept.items()}, **op.spot_run.profiler_forms}
-
-
-def remember(op: GPUKubernetesOperator, context: Context | None) -> None:
-    """The run's forms into the task state store, for the task's later tries."""
-    if context is None or not op.spot_run.profiler_forms:
-        return
-    try:
-        task_state.write(context, FORMS_KEY, dict(op.spot_run.profiler_forms))
-    except Exception as error:  # a later try finds out again
-        op.log.warning("Could not keep the profiler forms for later tries: %s", error)
 
 
 def wrap(op: GPUKubernetesOperator, container: k8s.V1Container, context: Context | None) -> dict[str, str]:
