@@ -126,7 +126,10 @@ def _spec(accelerator: Accelerator, **changes: Any) -> str | None:
 
 
 def _device_memory_gb(accelerator: Accelerator, total_mib: float | None) -> int:
-    """The memory of the GPU the task ran on: the variant nearest what the GPU reported, if it did."""
+    """The memory of the GPU the task ran on: the variant nearest what the GPU reported, if it did; a MIG
+    slice's is its profile's (NVML reports the slice's inside it, and the slice is all the task has)."""
+    if accelerator.mig_profile is not None:
+        return accelerator.mig_profile.memory_gb
     sizes = sorted({v.memory_gb for v in accelerator.variants}) or [accelerator.device_memory_gb]
     if total_mib is None:
         return sizes[0]
@@ -285,7 +288,10 @@ def _idle(summaries: Sequence[Mapping[str, Any]], skip: set[int]) -> list[Advice
 
 
 def _bigger(accelerator: Accelerator, memory_gb: int) -> list[str]:
-    """Larger variants of this type, else the next larger GPUs of the vendor that run its precisions."""
+    """Larger variants of this type, else the next larger GPUs of the vendor that run its precisions; for a
+    MIG slice, the next larger profiles of the same GPU."""
+    if accelerator.mig_profile is not None:
+        return _bigger_slices(accelerator, memory_gb)
     entry = accelerator.catalog_entry
     same = [f"{entry.name}-{gb}GB" for gb in entry.memory_variants if gb > memory_gb]
     if same:
@@ -296,6 +302,16 @@ def _bigger(accelerator: Accelerator, memory_gb: int) -> list[str]:
         if other.kind == "gpu" and other.vendor == entry.vendor and entry.precisions <= other.precisions and sizes:
             larger.append((sizes[0], _label(other, sizes[0])))
     return [name for _, name in sorted(larger)[:2]]
+
+
+def _bigger_slices(accelerator: Accelerator, memory_gb: int) -> list[str]:
+    """The two smallest MIG profiles of the slice's GPU with more memory than ``memory_gb``, as specs the
+    parser accepts (as many slices as asked where they fit on one GPU)."""
+    variant = accelerator.variants[0]
+    profiles = sorted((p for p in variant.mig_profiles if p.memory_gb > memory_gb),
+                      key=lambda p: (p.memory_gb, p.compute_slices))  # fmt: skip
+    specs = (_spec(accelerator, memory_gb=variant.memory_gb, mig=p.name) for p in profiles)
+    return [spec for spec in specs if spec][:2]
 
 
 #: How to tell a reserved pool from a real need, per framework that reserves one (named in the message).
