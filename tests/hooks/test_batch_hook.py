@@ -129,3 +129,57 @@ def test_the_lookup_lasts_a_minute_with_backoff() -> None:
 
     assert batch_submit.lookup_waits() == [1.0, 2.0, 4.0, 8.0, 15.0, 15.0, 15.0]
     assert sum(batch_submit.lookup_waits()) == batch_submit.LOOKUP_WINDOW == 60.0
+
+
+def submission(name: str) -> tuple[dict[str, Any], Any]:
+    """SubmitJob's arguments for a job of this try named ``name``, and the try's ``keep``."""
+    from airflow_gpu.triggers.batch_resubmission import oldest_of_try
+
+    identity = {"airflow-gpu/dag": "d", "airflow-gpu/task": name, "airflow-gpu/run": "r", "airflow-gpu/try": "1"}
+    args = {"jobName": name, "jobQueue": "gpu-on-demand", "jobDefinition": "killed-submit", "tags": identity}
+    return args, lambda jobs: oldest_of_try(jobs, identity)
+
+
+def test_a_submission_killed_during_its_pause_sends_no_further_submit_job(
+    aws_default_connection: BatchEmulator,
+) -> None:
+    """SubmitJob is throttled (Batch did not act), and the task is killed during the pause before it would
+    be sent again: nothing more is sent, the pause ends early, and the caller hears it was withdrawn."""
+    import time
+
+    from airflow_gpu.hooks.batch_submit import Withdrawn
+
+    emulator = aws_default_connection
+    hook = GPUBatchHook(aws_conn_id="aws_default")
+    hook.register_job_definition_once("killed-submit", definition(["sleep", "60"]))
+    args, keep = submission("killed-in-pause")
+    throttled = emulator.fail("SubmitJob", "throttle")
+    assert hook._submit_api is not None  # built before the clock starts
+    started = time.monotonic()
+    with pytest.raises(Withdrawn) as withdrawn:
+        hook.submit_job_once(args, keep, stop=lambda: throttled.hits >= 1)  # killed once the first was sent
+    assert withdrawn.value.job_id is None and "killed-in-pause" in str(withdrawn.value)
+    assert throttled.hits == 1 and not [j for j in emulator.jobs() if j.job_name == "killed-in-pause"]
+    assert time.monotonic() - started < 1.5  # the pause before the next try (1-2 s) was cut short
+
+
+def test_a_submission_killed_after_a_lost_answer_terminates_the_job_that_answer_created(
+    aws_default_connection: BatchEmulator,
+) -> None:
+    """SubmitJob created the job, its answer was lost, and the task is killed before the look-up: the job
+    is looked up but not sent again, and the job found is terminated with a reason naming the kill (one
+    a later try does not take over), instead of being adopted and left running."""
+    from airflow_gpu.hooks.batch_submit import Withdrawn
+    from airflow_gpu.spot.batch import KILLED
+
+    emulator = aws_default_connection
+    hook = GPUBatchHook(aws_conn_id="aws_default")
+    hook.register_job_definition_once("killed-submit", definition(["sleep", "60"]))
+    args, keep = submission("killed-lost")
+    lost = emulator.fail("SubmitJob", "lost")
+    with pytest.raises(Withdrawn) as withdrawn:
+        hook.submit_job_once(args, keep, stop=lambda: lost.hits >= 1)
+    (job,) = [j for j in emulator.jobs() if j.job_name == "killed-lost"]
+    assert (withdrawn.value.job_id, withdrawn.value.terminated) == (job.job_id, True)
+    wait_for(lambda: job.status == "FAILED", timeout=30, what="the job to stop")
+    assert job.job_stopped_reason.startswith(KILLED[0]) and "being killed" in job.job_stopped_reason

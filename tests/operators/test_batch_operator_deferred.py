@@ -260,39 +260,80 @@ def test_a_try_that_gives_up_waiting_stops_the_triggers_job_and_records_it(
     assert store[STATE_KEY]["run"]["workload"] == replacement and store[STATE_KEY]["open"] is False
 
 
+def kill_while_submitting(
+    emulator: BatchEmulator, deferred: TaskDeferred, answer_after: float, budget: float
+) -> GPUBatchJobTrigger:
+    """Mark Failed while the trigger's SubmitJob of the reclaimed job's replacement is in flight: Batch
+    creates the job at once and answers ``answer_after`` s later. As the triggerer does it, the run is
+    cancelled (the SubmitJob goes on in its thread), then ``on_kill`` is waited for ``budget`` s at most
+    (``run_trigger``'s ``on_kill_timeout``). Returns once the submitting thread ended (``asyncio.run``
+    waits for it), as the triggerer process lives on after the kill."""
+    reclaim_when_running(emulator, "train")
+    trigger = trigger_of(deferred)
+    held = emulator.slow("SubmitJob", answer_after)  # the worker's SubmitJob is done: the next is the trigger's
+
+    async def body() -> None:
+        running = asyncio.create_task(first_event(trigger))
+        await asyncio.to_thread(wait_for, lambda: held.hits == 1, 60, "the trigger's SubmitJob to reach Batch")
+        await cancelled(running)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(trigger.on_kill(), budget)
+
+    asyncio.run(body())
+    return trigger
+
+
+def the_try_ended(emulator: BatchEmulator, timeout: float = 20) -> list[dict[str, Any]]:
+    """Every job of the try (the emulator's whole record), once none is queued or running; fails the test
+    if one still is after ``timeout`` s (a job left running is billed until someone stops it)."""
+    live = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
+    return wait_for(
+        lambda: (jobs := described(emulator)) and all(j["status"] not in live for j in jobs) and jobs,
+        timeout, "every job of the try to end",
+    )  # fmt: skip
+
+
 def test_mark_failed_while_the_trigger_submits_stops_the_job_it_submits(aws_default_connection: BatchEmulator) -> None:
-    """Mark Failed while the trigger's SubmitJob is under way: the triggerer cancels the trigger, but
-    the call runs on in its thread and lands after ``on_kill`` began. ``on_kill`` waits for it, and
-    terminates the job it submitted."""
+    """Mark Failed while the trigger's SubmitJob is under way, its answer landing within the kill's budget:
+    the submitting thread hears of the kill and terminates the job it created, with a reason that says so
+    (a ``KILLED`` reason: no later try takes it over); ``on_kill`` hears that it was stopped."""
     emulator, context = aws_default_connection, {"ti": Ti(), "task_state_store": Store()}
     slow = [sys.executable, "-c", "import time; time.sleep(60)"]  # a workload that runs until stopped
     deferred = defer(context, command=slow)
-    reclaim_when_running(emulator, "train")
-    trigger = trigger_of(deferred)
-    submitting, land = threading.Event(), threading.Event()
-    submit_once = trigger._submit_once
-
-    def slow_submission(*args: Any) -> Any:  # SubmitJob slow to answer
-        submitting.set()
-        land.wait(30)
-        return submit_once(*args)
-
-    trigger._submit_once = slow_submission  # type: ignore[method-assign]
-
-    async def kill_while_submitting() -> None:
-        running = asyncio.create_task(first_event(trigger))
-        await asyncio.to_thread(submitting.wait, 60)
-        await cancelled(running)
-        killing = asyncio.create_task(trigger.on_kill())
-        await asyncio.sleep(1)  # on_kill is under way; the SubmitJob has not landed
-        land.set()
-        await asyncio.wait_for(killing, 60)
-
-    asyncio.run(kill_while_submitting())
-    jobs = described(emulator)
+    kill_while_submitting(emulator, deferred, answer_after=1, budget=30)
+    jobs = the_try_ended(emulator)
     assert [j["jobName"] for j in jobs] == ["train", "train-r1"]
-    job = wait_for(lambda: (j := described(emulator)[1])["status"] == "FAILED" and j, 20, "the stop")
-    assert job["statusReason"] == KILLED[0]
+    assert jobs[1]["statusReason"].startswith(KILLED[0]) and "being killed" in jobs[1]["statusReason"]
+
+
+def test_mark_failed_past_the_kill_budget_still_stops_the_job_its_submit_creates(
+    aws_default_connection: BatchEmulator, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Mark Failed while the trigger's SubmitJob is in flight, its answer later than ``[triggerer]
+    on_kill_timeout`` (4 s here): the kill gives up waiting for it, but the thread (its context copied
+    before the kill, so not bounded by the budget) learns of the kill and terminates the job when the
+    answer lands, instead of leaving it running, billed, until someone runs ``airflow-gpu reap``. The
+    kill's ERROR names the submission in flight (its name and queue), not the job that had ended."""
+    monkeypatch.setenv("AIRFLOW__TRIGGERER__ON_KILL_TIMEOUT", "4")
+    emulator, context = aws_default_connection, {"ti": Ti(), "task_state_store": Store()}
+    slow = [sys.executable, "-c", "import time; time.sleep(60)"]  # a workload that runs until stopped
+    deferred = defer(context, command=slow)
+    ended = str(deferred.trigger.serialize()[1]["job_id"])
+    with caplog.at_level(logging.INFO):
+        kill_while_submitting(emulator, deferred, answer_after=8, budget=4)
+    try:
+        jobs = the_try_ended(emulator)
+    finally:  # a failed test leaves nothing running for the next
+        for job in described(emulator):
+            emulator.client("batch").terminate_job(jobId=job["jobId"], reason="test over")
+    assert [j["jobName"] for j in jobs] == ["train", "train-r1"]
+    replacement = jobs[1]
+    assert replacement["statusReason"].startswith(KILLED[0]) and "being killed" in replacement["statusReason"]
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any("train-r1" in e and "gpu-on-demand" in e for e in errors), errors
+    assert not any(f"AWS Batch job {ended}" in e for e in errors), errors  # it had ended: nothing of it runs
+    said = [r.getMessage() for r in caplog.records]
+    assert any(replacement["jobId"] in line and "killed" in line for line in said), said
 
 
 def test_a_kill_batch_keeps_refusing_gives_up_within_the_on_kill_budget_naming_the_job(

@@ -36,7 +36,7 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
 from airflow_gpu.accelerators.batch import instance_offers
 from airflow_gpu.accelerators.batch_queues import QueueOffer, unreadable_types
 from airflow_gpu.hooks import batch_submit
-from airflow_gpu.hooks.batch_submit import Keep, Submitted
+from airflow_gpu.hooks.batch_submit import Keep, Stop, Submitted
 from airflow_gpu.utils import batch_retries, retry_deadline, supervisor_requests
 from airflow_gpu.utils.batch_logs import DEFAULT_LOG_GROUP, attempt_streams, log_group
 from airflow_gpu.utils.batch_retries import retry_transient
@@ -141,10 +141,13 @@ class GPUBatchHook(BatchClientHook):
         kill's TerminateJob is paced by its own budget)."""
         return self.get_client_type(config=batch_retries.without_retries(super().config))
 
-    def submit_job_once(self, args: Mapping[str, Any], keep: Keep) -> Submitted:
+    def submit_job_once(
+        self, args: Mapping[str, Any], keep: Keep, stop: Stop | None = None, log: Any = None
+    ) -> Submitted:
         """SubmitJob, never twice for one job of this task try (``batch_submit``: a lost answer is looked
-        up by name and task-try tags over a minute of ListJobs reads before the job is sent again)."""
-        return batch_submit.submit_job_once(self, args, keep)
+        up by name and task-try tags over a minute of ListJobs reads before the job is sent again), and
+        nothing sent, a job created terminated, once ``stop()`` says the task was killed (``Withdrawn``)."""
+        return batch_submit.submit_job_once(self, args, keep, stop, log)
 
     def terminate(self, job_id: str, reason: str) -> None:
         """TerminateJob, through transient errors: a job left running is billed. Inside a trigger's kill

@@ -15,6 +15,14 @@ still be late: a job sent again after a possibly lost answer is ``Submitted.rese
 follows it (the operator's wait, the trigger) looks for this try's jobs of that name for a while
 longer and keeps the first created, terminating any other (``stop_duplicates``).
 
+A submission can outlive its task: Mark Failed while SubmitJob is in flight (in the trigger's thread,
+or on the worker, whose ``on_kill`` runs while ``execute`` submits) found no job id to terminate, and
+the job SubmitJob created afterwards ran on, billed. ``stop`` (whether the task was killed) is read
+before every SubmitJob, during the pauses between tries, and right after SubmitJob answers: once
+killed, nothing more is sent, and a job the submission created or found is terminated at once with
+``KILLED_REASON`` (``withdraw``); ``Withdrawn`` tells the caller. A look-up after a lost answer still
+runs its window when killed, to find and terminate the job that answer may have created.
+
 The hook's calls (ListJobs, DescribeJobs, TerminateJob, SubmitJob on its no-retry client) are
 ``GPUBatchHook``'s; this module only decides when to make them, so it imports no AWS SDK itself.
 """
@@ -24,8 +32,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
+from airflow_gpu.spot.batch import KILLED
 from airflow_gpu.utils import batch_retries
 
 #: SubmitJob sends (each once: botocore does not retry it) before a transient error is raised; with
@@ -40,8 +49,29 @@ DUPLICATE_WATCH, DUPLICATE_CHECK = 2 * LOOKUP_WINDOW, 5.0
 #: TerminateJob's reason for a second job of one task try (a listing later than the look-up).
 DUPLICATE_REASON = "airflow-gpu: a duplicate submission of this task try's job (its first submission was listed late)"
 
+#: TerminateJob's reason for a job of a submission that answered after its task was killed: a ``KILLED``
+#: reason, so that no later try takes the job over.
+KILLED_REASON = f"{KILLED[0]} (its SubmitJob was still in flight while the task was being killed)"
+#: The longest stretch of a pause between SubmitJob tries before ``stop`` is read again, seconds.
+STOP_CHECK = 2.0
+
 Jobs = Sequence[Mapping[str, Any]]
 Keep = Callable[[Jobs], Mapping[str, Any] | None]
+#: Whether the submission's task was killed (read from the submitting thread).
+Stop = Callable[[], bool]
+
+
+class Withdrawn(Exception):
+    """The task was killed while its job was being submitted: nothing more was sent. ``job_id``: the job
+    the submission created or found meanwhile, if any; ``terminated`` when its TerminateJob went through."""
+
+    def __init__(self, queue: str, name: str, job_id: str | None = None, terminated: bool = False) -> None:
+        self.queue, self.name, self.job_id, self.terminated = queue, name, job_id, terminated
+        if job_id is None:
+            outcome = "no job was created"
+        else:
+            outcome = f"its job {job_id} was {'terminated' if terminated else 'NOT terminated: it runs on'}"
+        super().__init__(f"the task was killed while job {name} was being submitted to queue {queue}; {outcome}")
 
 
 @dataclass(frozen=True)
@@ -72,32 +102,75 @@ def lookup_waits(window: float | None = None) -> list[float]:
     return waits
 
 
-def submit_job_once(hook: Any, args: Mapping[str, Any], keep: Keep) -> Submitted:
-    """SubmitJob through ``hook`` (a ``GPUBatchHook``), never twice for one job of this task try."""
+def submit_job_once(
+    hook: Any, args: Mapping[str, Any], keep: Keep, stop: Stop | None = None, log: Any = None
+) -> Submitted:
+    """SubmitJob through ``hook`` (a ``GPUBatchHook``), never twice for one job of this task try, and never
+    once ``stop()`` says the task was killed (``Withdrawn``; see the module's docstring). ``log``: where
+    the submission is told (the hook's by default; a trigger's goes to the task's log)."""
+    log = hook.log if log is None else log
+    killed: Stop = stop if stop is not None else _never
+    pause: Callable[[float], None] = batch_retries.sleep if stop is None else (lambda seconds: _pause(seconds, killed))
     maybe_submitted = False
     for attempt in range(1, SUBMIT_ATTEMPTS + 1):
         if maybe_submitted:
-            found = find_submitted(hook, args, keep)
+            found = find_submitted(hook, args, keep, killed, log)
             if found is not None:
-                hook.log.info("Job %s (%s) was submitted before its answer was lost", found, args["jobName"])
+                if killed():
+                    withdraw(hook, args, found, log)
+                log.info("Job %s (%s) was submitted before its answer was lost", found, args["jobName"])
                 return Submitted(found, adopted=True)
+        if killed():
+            log.warning(
+                "The task was killed before job %s was %ssubmitted to queue %s: it is not sent",
+                args["jobName"], "again " if attempt > 1 else "", args["jobQueue"],
+            )  # fmt: skip
+            raise Withdrawn(str(args["jobQueue"]), str(args["jobName"]))
         try:
-            return Submitted(str(hook._submit_api.submit_job(**args)["jobId"]), resent=maybe_submitted)
+            job_id = str(hook._submit_api.submit_job(**args)["jobId"])
         except Exception as error:
             if attempt == SUBMIT_ATTEMPTS or not batch_retries.transient(error):
                 raise
             maybe_submitted = maybe_submitted or not batch_retries.throttled(error)
             wait = batch_retries.pause(attempt)
-            hook.log.warning(
+            log.warning(
                 "SubmitJob %s failed transiently (%s: %s); %s in %.1f s", args["jobName"], type(error).__name__,
                 error, "looking for it, then submitting it again" if maybe_submitted else "trying again", wait,
             )  # fmt: skip
-            batch_retries.sleep(wait)
+            pause(wait)
+            continue
+        if killed():  # it answered after the kill, whose TerminateJobs did not know this job
+            withdraw(hook, args, job_id, log)
+        return Submitted(job_id, resent=maybe_submitted)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def find_submitted(hook: Any, args: Mapping[str, Any], keep: Keep) -> str | None:
-    """This try's job named as ``args`` says, read from ListJobs over ``LOOKUP_WINDOW``; None if never listed."""
+def withdraw(hook: Any, args: Mapping[str, Any], job_id: str, log: Any) -> NoReturn:
+    """Terminate ``job_id``, this try's job that a submission created (or found) once its task was killed,
+    with ``KILLED_REASON`` (once; ``GPUBatchHook.terminate`` rides out transient errors), and raise
+    ``Withdrawn`` saying whether it went through."""
+    queue, name = str(args["jobQueue"]), str(args["jobName"])
+    log.warning(
+        "Job %s (%s, queue %s) was submitted while the task was being killed: terminating it", job_id, name, queue
+    )
+    try:
+        hook.terminate(job_id, KILLED_REASON)
+    except Exception as error:
+        log.error(
+            "Could not terminate job %s (%s, queue %s), submitted while the task was being killed: it runs on. "
+            "Stop it by hand (%s: %s)", job_id, name, queue, type(error).__name__, error,
+        )  # fmt: skip
+        raise Withdrawn(queue, name, job_id) from error
+    log.info("Terminated job %s (%s): the task was killed while it was being submitted", job_id, name)
+    raise Withdrawn(queue, name, job_id, terminated=True)
+
+
+def find_submitted(
+    hook: Any, args: Mapping[str, Any], keep: Keep, stop: Stop | None = None, log: Any = None
+) -> str | None:
+    """This try's job named as ``args`` says, read from ListJobs over ``LOOKUP_WINDOW``; None if never listed.
+    The whole window is read even once ``stop()`` (a killed task): the job found is then terminated."""
+    log = hook.log if log is None else log
     queue, name = str(args["jobQueue"]), str(args["jobName"])
     for wait in [0.0, *lookup_waits()]:
         if wait:
@@ -105,11 +178,30 @@ def find_submitted(hook: Any, args: Mapping[str, Any], keep: Keep) -> str | None
         kept = keep(hook.jobs_named(queue, name))
         if kept is not None:
             return str(kept["jobId"])
-    hook.log.warning(
+    if stop is not None and stop():
+        log.warning(
+            "Job %s was not listed in queue %s within %.0f s of its lost answer; the task was killed, so it is not "
+            "sent again. If Batch lists it later, terminate it by hand", name, queue, LOOKUP_WINDOW,
+        )  # fmt: skip
+        return None
+    log.warning(
         "Job %s was not listed in queue %s within %.0f s of its lost answer: submitting it again", name, queue,
         LOOKUP_WINDOW,
     )  # fmt: skip
     return None
+
+
+def _never() -> bool:
+    return False
+
+
+def _pause(seconds: float, stop: Stop) -> None:
+    """``batch_retries.sleep`` for ``seconds``, in stretches of at most ``STOP_CHECK``, ended early once ``stop()``."""
+    stretches = max(1, math.ceil(seconds / STOP_CHECK))
+    for _ in range(stretches):
+        if stop():
+            return
+        batch_retries.sleep(seconds / stretches)
 
 
 def stop_duplicates(

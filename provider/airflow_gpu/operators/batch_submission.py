@@ -5,8 +5,10 @@ run is this mixin's (``BatchSubmission``): the job definition registered once pe
 SubmitJob arguments for the run's placement (the user's rendered arguments, the queue, the
 identity tags, the container overrides with the profiler), the submit itself (never twice for the
 same name and try: SubmitJob has no idempotency token), and the check that some queue launches
-each candidate. The same ``submission_arguments`` build the plan a deferred task hands its trigger
-(``batch_deferral.resubmission_plan``), so the triggerer submits exactly what the worker would.
+each candidate. A kill (``on_kill``) while SubmitJob is in flight stops the job it creates
+(``batch_submit.Withdrawn``). The same ``submission_arguments`` build the plan a deferred task
+hands its trigger (``batch_deferral.resubmission_plan``), so the triggerer submits exactly what
+the worker would.
 A multi-node job (``accelerate_batch``) overrides ``_job_definition``, ``_submission_overrides``
 and ``_check_queue_offers``.
 """
@@ -90,14 +92,26 @@ class BatchSubmission:
         else:
             op.log.info("Submitting %s on %s to queue %s", args["jobName"], op.accelerator, args["jobQueue"])
             identity = _identity(args)
-            try:  # a lost answer is looked up by name and tags before the job is sent again
-                submitted = op.gpu_hook.submit_job_once(args, lambda jobs: oldest_of_try(jobs, identity))
+            # A lost answer is looked up by name and tags before the job is sent again. on_kill meanwhile (the
+            # task runner's SIGTERM handler, run in this thread) had no id to terminate: nothing more is sent,
+            # and a job created is terminated (batch_submit.Withdrawn).
+            try:
+                submitted = op.gpu_hook.submit_job_once(
+                    args, lambda jobs: oldest_of_try(jobs, identity), stop=lambda: op._killing, log=op.log
+                )
+            except batch_submit.Withdrawn as withdrawn:
+                raise AirflowException(str(withdrawn)) from withdrawn
             except Exception as error:
                 raise AirflowException(f"AWS Batch refused the job: {error}") from error
             op.job_id = submitted.job_id
             if submitted.resent:  # its first job may yet be listed: see _stop_duplicates
                 until = time.monotonic() + batch_submit.DUPLICATE_WATCH
                 op._duplicate_watch = (str(args["jobQueue"]), str(args["jobName"]), identity, until)
+        if op._killing:  # on_kill ran before the id was known: it terminated the job before this one
+            try:
+                batch_submit.withdraw(op.gpu_hook, args, str(op.job_id), op.log)
+            except batch_submit.Withdrawn as withdrawn:
+                raise AirflowException(str(withdrawn)) from withdrawn
         op.spot_run.submitted(str(op.job_id))
         save_run(context, STATE_KEY, op.spot_run)  # before anything else can fail
         context["ti"].xcom_push(key=JOB_ID_XCOM_KEY, value=op.job_id)

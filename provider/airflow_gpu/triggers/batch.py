@@ -19,6 +19,7 @@ thread of its own. Mark Failed (``on_kill``) is ``batch_kill.BatchKill``'s.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
@@ -156,6 +157,8 @@ class GPUBatchJobTrigger(BatchKill, BaseTrigger):
         #: job of the try listed late is looked for, and one of the two terminated.
         self.watch_duplicates = watch_duplicates
         self._converge_rounds = 0  # polling rounds left in which a racing trigger's duplicate is looked for
+        self._duplicate_reason = DUPLICATE_REASON  # TerminateJob's for a duplicate ``_converge`` stops: the cause
+        self._killed = threading.Event()  # set by the kill; read by the SubmitJob thread (``batch_submit``)
         self._printing: list[asyncio.Task[None]] = []
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -188,6 +191,7 @@ class GPUBatchJobTrigger(BatchKill, BaseTrigger):
             queue, name = self.watch_duplicates
             self._submitted = (queue, name)
             self._converge_rounds = batch_submit.watch_rounds(float(self.poll_interval))
+            self._duplicate_reason = batch_submit.DUPLICATE_REASON  # the worker's first job, listed late
         try:
             while True:
                 payload: dict[str, Any] = {}
@@ -290,13 +294,16 @@ class GPUBatchJobTrigger(BatchKill, BaseTrigger):
             )  # fmt: skip
         args = resubmission.submission(resubmission.next_name())
         hook = await self._hook()
-        # Not cancelled with the trigger (a thread cannot be): ``on_kill`` waits for it, then stops its job.
+        # Not cancelled with the trigger (a thread cannot be): ``on_kill`` waits for it within its budget, and
+        # the thread, told of the kill (``_killed``), sends nothing more and stops a job created after it.
+        self._submitting_as = (str(args["jobQueue"]), str(args["jobName"]))
         self._submitting = asyncio.ensure_future(asyncio.to_thread(self._submit_once, hook, resubmission, args))
         submitted = await asyncio.shield(self._submitting)
         self.job_id, adopted = submitted.job_id, submitted.adopted
         resubmission.run.submitted(self.job_id)
         rounds = batch_submit.watch_rounds(float(self.poll_interval)) if submitted.resent else 0
         self._converge_rounds = max(CONVERGE_ROUNDS, rounds)
+        self._duplicate_reason = batch_submit.DUPLICATE_REASON if submitted.resent else DUPLICATE_REASON
         self.log.info(
             "%s job %s (%s) on %s (%s capacity) in queue %s, in place of %s",
             "Following the existing" if adopted else "Submitted", args["jobName"], self.job_id,
@@ -311,11 +318,14 @@ class GPUBatchJobTrigger(BatchKill, BaseTrigger):
     _submitted: tuple[str, str] | None = None  # the queue and name of the last job submitted here
 
     def _submit_once(self, hook: Any, resubmission: BatchResubmission, args: dict[str, Any]) -> Submitted:
-        """The job of this name and task try: the one already submitted (a replay), else a new one."""
+        """The job of this name and task try: the one already submitted (a replay), else a new one; none
+        once the trigger was killed, and a job found or created then terminated (``batch_submit.Withdrawn``)."""
         kept = resubmission.keep(hook.jobs_named(args["jobQueue"], args["jobName"]))
         if kept is not None:
+            if self._killed.is_set():
+                batch_submit.withdraw(hook, args, str(kept["jobId"]), self.log)
             return Submitted(str(kept["jobId"]), adopted=True)
-        return hook.submit_job_once(args, resubmission.keep)  # type: ignore[no-any-return]  # a lost answer: looked up
+        return hook.submit_job_once(args, resubmission.keep, self._killed.is_set, self.log)  # type: ignore[no-any-return]
 
     def _converge(self, hook: Any) -> None:
         """A trigger racing this one (apache/airflow#37180), or a first submission listed late (``batch_submit``),
@@ -325,7 +335,7 @@ class GPUBatchJobTrigger(BatchKill, BaseTrigger):
         if resubmission is None or submitted is None:
             return
         kept = batch_submit.stop_duplicates(
-            hook, *submitted, resubmission.keep, resubmission.same_task_try, FINAL, DUPLICATE_REASON
+            hook, *submitted, resubmission.keep, resubmission.same_task_try, FINAL, self._duplicate_reason
         )
         if kept is not None and kept != self.job_id:
             self.log.warning("Following job %s, submitted first, instead of %s", kept, self.job_id)

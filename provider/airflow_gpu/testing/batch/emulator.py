@@ -312,6 +312,14 @@ class BatchEmulator:
         self.faults.append({"fault": kind, "operation": operation, "times": times, "rate": rate, "seed": seed})
         return armed
 
+    def slow(self, operation: str, seconds: float, times: int = 1) -> Any:
+        """The next ``times`` calls of ``operation`` are acted on at once and answered ``seconds`` later (a
+        SubmitJob's job exists while its caller still waits for the id). The returned record's ``hits``
+        counts the calls that arrived."""
+        armed = self._throttle.arm(operation, times, "slow", seconds=seconds)
+        self.faults.append({"fault": "slow", "operation": operation, "times": times, "seconds": float(seconds)})
+        return armed
+
     def list_lag(self, seconds: float) -> None:
         """From now on a job is missing from ListJobs until ``seconds`` after it was submitted (0: listed at
         once, moto's way). ListJobs is eventually consistent on AWS: a client that looks a just-submitted

@@ -13,7 +13,9 @@ botocore raises it as a ``ClientError`` with that code. Batch's own server fault
 A connection can also drop: before the service saw the request (``reset``: nothing happened, the
 client sees the connection closed without an answer) or after it acted on it (``lost``: the job
 was submitted, but the answer never arrived). The second is why a client must not blindly send a
-SubmitJob again: Batch has no idempotency token for it.
+SubmitJob again: Batch has no idempotency token for it. An answer can also come late (``slow``: the
+service acts at once, its answer arrives ``seconds`` later): a SubmitJob still in flight when its
+task is killed creates a job the kill has not heard of yet.
 
 ``Faults`` is a WSGI layer in front of moto. ``arm(operation, times, kind, rate, seed)`` answers the
 next calls of one operation with ``kind``; with ``rate`` below 1 each call is faulted with that
@@ -27,6 +29,7 @@ import json
 import random
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -48,7 +51,7 @@ ANSWERS: dict[str, dict[str, tuple[str, str, str]]] = {
         "logs": ("503 Service Unavailable", "ServiceUnavailable", "Service Unavailable"),
     },
 }
-KINDS = (*ANSWERS, "reset", "lost")
+KINDS = (*ANSWERS, "reset", "lost", "slow")
 LOGS_TARGET = "Logs_20140328."
 
 
@@ -71,6 +74,8 @@ class _Armed:
     rate: float
     random: random.Random = field(default_factory=random.Random)
     hits: int = 0
+    #: ``slow``: seconds the answer is held after the service acted.
+    seconds: float = 0.0
 
 
 class Faults:
@@ -93,13 +98,19 @@ class Faults:
         raise ValueError(f"{operation!r} is not an AWS Batch or CloudWatch Logs operation")
 
     def arm(
-        self, operation: str, times: int = 1, kind: str = "throttle", rate: float = 1.0, seed: int | None = 0
+        self,
+        operation: str,
+        times: int = 1,
+        kind: str = "throttle",
+        rate: float = 1.0,
+        seed: int | None = 0,
+        seconds: float = 0.0,
     ) -> _Armed:
         if kind not in KINDS:
             raise ValueError(f"unknown fault kind {kind!r}; one of {', '.join(KINDS)}")
         if not 0 < rate <= 1:
             raise ValueError(f"rate must be in (0, 1], not {rate}")
-        armed = _Armed(kind, times, rate, random.Random(seed))
+        armed = _Armed(kind, times, rate, random.Random(seed), seconds=float(seconds))
         key = self.key(operation)
         with self._lock:
             self._armed.setdefault(key, []).append(armed)
@@ -132,6 +143,10 @@ class Faults:
             for _ in self.app(environ, lambda *args, **kwargs: lambda data: None):
                 pass
             return _drop(environ)
+        if armed.kind == "slow":  # the service acts on the request; its answer is held (werkzeug: a thread each)
+            answer = list(self.app(environ, start_response))
+            time.sleep(armed.seconds)
+            return answer
         environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))  # keep the connection usable
         if armed.kind == "reset":
             return _drop(environ)
