@@ -183,3 +183,30 @@ def test_a_submission_killed_after_a_lost_answer_terminates_the_job_that_answer_
     assert (withdrawn.value.job_id, withdrawn.value.terminated) == (job.job_id, True)
     wait_for(lambda: job.status == "FAILED", timeout=30, what="the job to stop")
     assert job.job_stopped_reason.startswith(KILLED[0]) and "being killed" in job.job_stopped_reason
+
+
+def test_a_throttled_resend_after_a_lookup_is_not_looked_up_again(
+    aws_default_connection: BatchEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the soak (docs/soak.rst): SubmitJob answered 500 (it may have created the job), the
+    look-up found nothing, and the resend was throttled twice. A throttle means Batch did not act, so
+    one look-up is all the 500 needs; each throttle was followed by a minute-long look-up of its own,
+    and one job took minutes to submit. The job sent after the look-up stays ``resent`` (its follower
+    watches for the first job listed late)."""
+    from airflow_gpu.hooks import batch_submit
+    from airflow_gpu.utils import batch_retries
+
+    emulator = aws_default_connection
+    hook = GPUBatchHook(aws_conn_id="aws_default")
+    hook.register_job_definition_once("killed-submit", definition(["true"]))
+    args, keep = submission("throttled-after-lookup")
+    lookups: list[str] = []
+    monkeypatch.setattr(batch_submit, "find_submitted", lambda hook, args, *rest: lookups.append(args["jobName"]))
+    monkeypatch.setattr(batch_retries, "sleep", lambda seconds: None)
+    server = emulator.fail("SubmitJob", "server")
+    throttled = emulator.fail("SubmitJob", "throttle", times=2)
+    submitted = hook.submit_job_once(args, keep)
+    assert (server.hits, throttled.hits) == (1, 2)
+    assert lookups == ["throttled-after-lookup"]  # once, after the 500; none after the throttles
+    named = [j.job_id for j in emulator.jobs() if j.job_name == "throttled-after-lookup"]
+    assert named == [submitted.job_id] and submitted.resent and not submitted.adopted

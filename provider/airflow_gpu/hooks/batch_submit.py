@@ -4,7 +4,10 @@ Batch has no idempotency token for SubmitJob. A throttle (or a connection never 
 did not act: the job is sent again after a pause. A 5xx, or a connection dropped while waiting for
 the answer, may come after Batch created the job: before sending it again, the job is looked for
 by its name (ListJobs with a ``JOB_NAME`` filter, then DescribeJobs for its tags), and ``keep``
-picks this task try's job among those found.
+picks this task try's job among those found. A look-up follows only the send that may have been
+acted on: once a look-up found nothing, a throttled resend is paused and sent again, not looked
+up for another minute (the soak met a 5xx then five throttles: six minutes of look-ups for one
+job, and the task's run past its bound); the job stays ``Submitted.resent`` for its follower.
 
 ListJobs is eventually consistent: a job just created may be missing from it for a while (the AWS
 Batch API reference gives no bound). A look-up of three reads two seconds apart missed a job
@@ -111,7 +114,8 @@ def submit_job_once(
     log = hook.log if log is None else log
     killed: Stop = stop if stop is not None else _never
     pause: Callable[[float], None] = batch_retries.sleep if stop is None else (lambda seconds: _pause(seconds, killed))
-    maybe_submitted = False
+    maybe_submitted = False  # the last send may have created the job: look for it before the next
+    resent = False  # an earlier send may have created a job that its look-up did not find (listed late)
     for attempt in range(1, SUBMIT_ATTEMPTS + 1):
         if maybe_submitted:
             found = find_submitted(hook, args, keep, killed, log)
@@ -120,6 +124,7 @@ def submit_job_once(
                     withdraw(hook, args, found, log)
                 log.info("Job %s (%s) was submitted before its answer was lost", found, args["jobName"])
                 return Submitted(found, adopted=True)
+            maybe_submitted, resent = False, True
         if killed():
             log.warning(
                 "The task was killed before job %s was %ssubmitted to queue %s: it is not sent",
@@ -131,7 +136,7 @@ def submit_job_once(
         except Exception as error:
             if attempt == SUBMIT_ATTEMPTS or not batch_retries.transient(error):
                 raise
-            maybe_submitted = maybe_submitted or not batch_retries.throttled(error)
+            maybe_submitted = not batch_retries.throttled(error)
             wait = batch_retries.pause(attempt)
             log.warning(
                 "SubmitJob %s failed transiently (%s: %s); %s in %.1f s", args["jobName"], type(error).__name__,
@@ -141,7 +146,7 @@ def submit_job_once(
             continue
         if killed():  # it answered after the kill, whose TerminateJobs did not know this job
             withdraw(hook, args, job_id, log)
-        return Submitted(job_id, resent=maybe_submitted)
+        return Submitted(job_id, resent=resent)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
