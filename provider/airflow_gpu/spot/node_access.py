@@ -20,7 +20,8 @@ MESSAGE = (
     "airflow-gpu cannot read node %s (HTTP %s): without `get` on `nodes` a pod that vanishes without a "
     "word cannot be told apart as a reclaim (its node gone) or a delete (its node still there); such a pod "
     "counts as a preemption, and never outranks a rank's own failure. Grant `get` on `nodes` to the "
-    "service account of the workers and triggerers (docs/kubernetes.rst, Permissions). Said once per process."
+    "service account of the workers and triggerers (the ClusterRole of docs/permissions/kubernetes-nodes.yaml; "
+    "docs/permissions.rst). Said once per process."
 )
 
 
