@@ -96,8 +96,18 @@ def finish(url: str, names: list[str]) -> None:
 
 def succeeded_at(url: str) -> dict[str, float]:
     """When the emulator recorded each pod ``Succeeded`` (``time.time()``, to the microsecond)."""
+    return {name: times[0] for name, times in succeeded_and_sent(url).items()}
+
+
+def succeeded_and_sent(url: str) -> dict[str, tuple[float, float | None]]:
+    """Per pod, when the emulator recorded it ``Succeeded`` and when a watch first wrote that to its
+    client (None if none did): ``time.time()`` values of ``/_emulator/phase-times``."""
     pods = json.loads(emulator_process.get(url, "/_emulator/phase-times?namespace=default"))["pods"]
-    return {p["name"]: p["phases"]["Succeeded"] for p in pods if "Succeeded" in p["phases"]}
+    return {
+        p["name"]: (p["phases"]["Succeeded"], (p.get("sent") or {}).get("Succeeded"))
+        for p in pods
+        if "Succeeded" in p["phases"]
+    }
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -115,6 +125,17 @@ def machine() -> str:
 
 
 # --- the triggerer process -----------------------------------------------------------------------
+
+
+def schedstat(pid: int | str = "self") -> tuple[float, float]:
+    """Seconds a process has run on a CPU and seconds it waited, runnable, for one (``/proc/PID/schedstat``):
+    on a loaded machine a process may get little CPU because it is not given more, not because it
+    needs no more; the wait tells which."""
+    try:
+        ran, waited, _ = Path(f"/proc/{pid}/schedstat").read_text().split()
+    except (OSError, ValueError):
+        return 0.0, 0.0
+    return int(ran) / 1e9, int(waited) / 1e9
 
 
 def rss_mib() -> float:
@@ -208,6 +229,26 @@ class PollClock:
             edges = [start, *reads, end]
             gaps += [later - earlier for earlier, later in itertools.pairwise(edges) if later > earlier]
         return gaps
+
+
+class WatchClock:
+    """When the shared watch of this process first recorded each pod ended (``SharedPodWatch._record``,
+    once its line of the stream was read and decoded): where the emulator's part of a latency ends and
+    the triggerer's begins. Adds a dict lookup per recorded state."""
+
+    def __init__(self) -> None:
+        from airflow_gpu.triggers.pod_watch import SharedPodWatch, ended
+
+        self.read: dict[str, float] = {}
+        original = SharedPodWatch._record
+        read = self.read
+
+        async def timed(watch: Any, name: str, pod: dict[str, Any] | None, deleted: bool = False) -> None:
+            if name not in read and pod is not None and ended(pod):
+                read[name] = time.time()
+            await original(watch, name, pod, deleted)
+
+        SharedPodWatch._record = timed  # type: ignore[method-assign,assignment]
 
 
 class LoopLag:

@@ -74,6 +74,33 @@ def test_finish_ends_a_simulated_workload_now_and_the_phase_clock_times_it(
     assert deleted is not None and deleted >= phases["Succeeded"]
 
 
+def test_the_phase_clock_says_when_a_watch_first_sent_each_phase(
+    core: client.CoreV1Api, kubernetes_emulator: KubernetesEmulator
+) -> None:
+    """``sent``: when a watch wrote the first event showing the phase, after the phase was recorded and
+    before the client read that event; a pod no watch selects has none."""
+    labels = {"watched": "yes"}
+    core.create_namespaced_pod("default", {**simulated("watched"), "metadata": {"name": "watched", "labels": labels}})
+    core.create_namespaced_pod("default", simulated("unwatched"))
+    for name in ("watched", "unwatched"):
+        wait_for(phase_is(core, name, "Running"))
+    version = core.list_namespaced_pod("default").metadata.resource_version
+    query = f"watch=true&labelSelector=watched%3Dyes&resourceVersion={version}&timeoutSeconds=20"
+    with urllib.request.urlopen(f"{kubernetes_emulator.url}/api/v1/namespaces/default/pods?{query}") as stream:
+        kubernetes_emulator.finish("watched")
+        kubernetes_emulator.finish("unwatched")
+        for line in stream:
+            event = json.loads(line)
+            if event["object"]["status"]["phase"] == "Succeeded":
+                read = time.time()
+                break
+    times = {entry["name"]: entry for entry in kubernetes_emulator.pod_phase_times("default")}
+    watched = times["watched"]
+    assert "Pending" not in watched["sent"]  # the watch began once the pod ran
+    assert watched["phases"]["Succeeded"] <= watched["sent"]["Succeeded"] <= read
+    assert "Succeeded" in times["unwatched"]["phases"] and times["unwatched"]["sent"] == {}
+
+
 def test_finish_refuses_a_pod_with_no_simulated_container(
     core: client.CoreV1Api, kubernetes_emulator: KubernetesEmulator
 ) -> None:

@@ -432,6 +432,7 @@ async def _watch(
     next_bookmark = loop.time() + state.bookmark_seconds
     sent, cut_after = 0, request.get(CUT_AFTER)
     as_table, include = _table(request), request.query.get("includeObject")
+    pods = resource.plural == "pods"  # when each pod's phases were first sent (``phase_clock``)
 
     async def bookmark() -> None:
         mark: dict[str, Any] = {"kind": resource.kind, "apiVersion": resource.api_version}
@@ -453,10 +454,12 @@ async def _watch(
             if cut_after is not None and sent >= cut_after:
                 _cut(request)
                 break
-            event, encoded = item  # the object as it was then, encoded once by the store
+            event, encoded, (obj_namespace, name, version) = item  # the object as it was then, encoded once
             if as_table:
                 encoded = json.dumps(tables.from_object(resource.plural, json.loads(encoded), include))
             await response.write(f'{{"type":"{event}","object":{encoded}}}\n'.encode())
+            if pods:
+                state.phase_clock.sent(obj_namespace, name, version)
             sent += 1
         else:
             if bookmarks:

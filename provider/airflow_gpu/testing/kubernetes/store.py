@@ -36,6 +36,8 @@ from airflow_gpu.testing.kubernetes.paging import (
 
 Obj = dict[str, Any]
 Key = tuple[str, str, str]  # plural, namespace ("" if cluster-scoped), name
+#: What a watch event is of: (namespace or "", name, resourceVersion), without decoding its text.
+Ref = tuple[str, str, int]
 Listener = Callable[[str, str, Obj], None]  # (plural, ADDED|MODIFIED|DELETED, the stored object)
 
 
@@ -87,8 +89,8 @@ class Watch:
     plural: str
     namespace: str | None
     matches: Callable[[Obj], bool]
-    #: (ADDED|MODIFIED|DELETED, the object as JSON text when it changed); None ends the watch.
-    queue: asyncio.Queue[tuple[str, str] | None] = field(default_factory=asyncio.Queue)
+    #: (ADDED|MODIFIED|DELETED, the object as JSON text when it changed, what it is of); None ends the watch.
+    queue: asyncio.Queue[tuple[str, str, Ref] | None] = field(default_factory=asyncio.Queue)
 
 
 class Store:
@@ -101,8 +103,8 @@ class Store:
         #: Pages of a LIST with a selector hold only the matches among ``limit`` keys (``paging``).
         self.short_pages = False
         self._version = 0
-        #: (rv, plural, type, namespace or None, the object as JSON then)
-        self._history: list[tuple[int, str, str, str | None, str]] = []
+        #: (rv, plural, type, namespace or None, the object as JSON then, what it is of)
+        self._history: list[tuple[int, str, str, str | None, str, Ref]] = []
         self._watches: list[Watch] = []
         self._listeners: list[Listener] = []
 
@@ -130,12 +132,13 @@ class Store:
             texts.pop(key, None)
         else:
             texts[key] = encoded
-        self._history.append((self._version, plural, event, namespace, encoded))
+        ref = (key[0], key[1], self._version)
+        self._history.append((self._version, plural, event, namespace, encoded, ref))
         if len(self._history) > 10_000:
             del self._history[:1_000]
         for watch in self._watches:
             if watch.plural == plural and watch.namespace in (None, namespace) and watch.matches(obj):
-                watch.queue.put_nowait((event, encoded))
+                watch.queue.put_nowait((event, encoded, ref))
         for listener in self._listeners:
             listener(plural, event, obj)
 
@@ -248,13 +251,15 @@ class Store:
         """Start a watch; with ``since`` replay later history, else send the current objects as ADDED."""
         watch = Watch(plural, namespace, matches)
         if since and since != "0":
-            for version, kind, event, obj_namespace, encoded in self._history:
+            for version, kind, event, obj_namespace, encoded, ref in self._history:
                 in_scope = version > int(since) and kind == plural and namespace in (None, obj_namespace)
                 if in_scope and matches(json.loads(encoded)):
-                    watch.queue.put_nowait((event, encoded))
+                    watch.queue.put_nowait((event, encoded, ref))
         else:
             for obj in self.list(plural, namespace, matches):
-                watch.queue.put_nowait(("ADDED", encode(obj)))
+                metadata = obj["metadata"]
+                ref = (metadata.get("namespace") or "", metadata["name"], int(metadata["resourceVersion"]))
+                watch.queue.put_nowait(("ADDED", encode(obj), ref))
         self._watches.append(watch)
         return watch
 
