@@ -16,7 +16,7 @@ unexport PYTHONDONTWRITEBYTECODE
 # Programs outside Python (tools/system-packages.txt): installed when missing, or named in one line.
 SYSTEM_PACKAGES := $(PYTHON) tools/system_packages.py ensure
 
-.PHONY: install system-packages-test demo tour test test-quick test-floor lint typecheck docs pytest bench clean
+.PHONY: install system-packages-test demo tour test test-quick test-floor lint typecheck docs pytest bench clean soak
 
 $(BIN)/python:
 	$(SYSTEM_PACKAGES) venv
@@ -97,6 +97,16 @@ $(FLOOR_VENV)/.installed-floor: $(BIN)/python pyproject.toml tools/airflow-floor
 test-floor: system-packages-test $(FLOOR_VENV)/.installed-floor
 	PATH=$(CURDIR)/$(FLOOR_VENV)/bin:$$PATH $(FLOOR_VENV)/bin/pytest -n 2 $(FLOOR_TESTS)
 
+# The production soak (docs/soak.rst): PostgreSQL, Redis, CeleryExecutor with 2 workers, 2 triggerers and
+# the emulators, FAULTS seeded faults over MINUTES (at most 30), every invariant judged over the whole
+# history; report in .soak/report.html. SEED= replays a seed. Not part of `make test`.
+SEED ?=
+FAULTS ?= 1000
+MINUTES ?= 20
+soak: install
+	@$(SYSTEM_PACKAGES) soak
+	$(BIN)/python -m airflow_gpu.testing.soak $(if $(SEED),--seed $(SEED)) --faults $(FAULTS) --minutes $(MINUTES)
+
 bench: install
 	$(BIN)/python bench/import_time.py
 	$(BIN)/python bench/emulator_throughput.py
@@ -106,4 +116,4 @@ bench: install
 	$(BIN)/python bench/report_render.py
 
 clean:
-	rm -rf $(VENV) $(FLOOR_VENV) docs/_build .pytest_cache .mypy_cache .ruff_cache .hypothesis .demo .emulator
+	rm -rf $(VENV) $(FLOOR_VENV) docs/_build .pytest_cache .mypy_cache .ruff_cache .hypothesis .demo .emulator .soak

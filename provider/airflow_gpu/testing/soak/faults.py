@@ -1,0 +1,372 @@
+"""The soak's seeded fault injector: which fault, when, and with what parameters.
+
+``Injector(seed, total, seconds)`` draws ``total`` faults from ``KINDS`` (by weight) with
+``random.Random(seed)``, one every ``seconds / total``, each applied in a thread of its own so that
+a slow fault (a reclaim waits out its pod's grace period) does not hold the schedule up. The kind
+sequence and every parameter come from the seed (``--replay SEED`` draws the same ones); which pod
+or job a fault hits is drawn from what is live at that moment, so a replay hits the same kinds in
+the same order, not always the same objects. A fault with no target at its moment (no running
+pod to reclaim) is recorded as ``skipped``.
+
+Kinds listed in ``NOT_IMPLEMENTED`` are reported with a count of 0 and the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+import time
+import urllib.error
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_gpu.testing.soak.observer import Observer, TryKey
+
+
+@dataclass
+class Fault:
+    """One injected fault: when, what, on what, and when what it broke was whole again."""
+
+    number: int
+    at: float
+    kind: str
+    target: str = ""
+    detail: str = ""
+    outcome: str = "injected"  # injected, skipped (no target), error: <why>
+    key: TryKey | None = None  # the task try it hit, where it hit one
+    instance: tuple[str, str, str, int] | None = None  # the task instance a REST fault acted on
+    recovered_at: float | None = None
+
+    def line(self) -> str:
+        stamp = time.strftime("%H:%M:%S", time.localtime(self.at)) + f".{int(self.at * 1000) % 1000:03d}"
+        return f"#{self.number:<4} {stamp} {self.kind:<16} {self.outcome:<9} {self.target} {self.detail}".rstrip()
+
+
+@dataclass
+class Context:
+    """What faults act on (``stack.SoakStack`` gives these)."""
+
+    stack: Any  # AirflowStack
+    kubernetes: Any  # KubernetesEmulator
+    batch: Any  # BatchEmulator
+    redis: Any  # RedisServer
+    postgres: Any  # PostgresServer
+    observer: Observer
+    supervisor_lock: threading.Lock = field(default_factory=threading.Lock)
+    held_down: set[str] = field(default_factory=set)  # parts a fault keeps down: the supervisor waits
+
+
+#: kind -> relative weight. Cheap, frequent faults (API bursts) weigh more than process kills.
+KINDS: dict[str, float] = {
+    "k8s_reclaim_running": 12,
+    "k8s_reclaim_pending": 4,
+    "k8s_node_drain": 3,
+    "k8s_node_cordon": 3,
+    "capacity_loss": 3,
+    "k8s_api_429": 10,
+    "k8s_api_5xx": 8,
+    "k8s_watch_drop": 8,
+    "batch_reclaim": 8,
+    "batch_throttle": 10,
+    "batch_5xx": 5,
+    "kill_worker": 1.5,
+    "kill_triggerer": 1.5,
+    "kill_scheduler": 1,
+    "mark_failed": 1,
+    "mark_success": 1,
+    "clear_running": 1,
+    "pg_terminate_backend": 2,
+    "redis_restart": 1,
+}
+NOT_IMPLEMENTED: dict[str, str] = {
+    "k8s_reclaim_pulling": "the emulator's image pull has no phase of its own (reclaim_pending: a scheduled pod)",
+    "k8s_reclaim_after_result": "not yet: needs a hold between the result line and the container's exit",
+    "reclaim_after_success_while_reading": "not yet",
+    "accelerate_training_faults": "the two-machine Accelerate DAG is not in the soak yet (CPU cost on 2 cores)",
+}
+SPOT_NODE_PREFIX = "gpu-spot"
+
+
+class Injector(threading.Thread):
+    def __init__(
+        self, seed: int, total: int, seconds: float, context: Context, log: Callable[[str], Any], each: int = 0
+    ) -> None:
+        """``each`` > 0: instead of ``total`` draws by weight, every kind ``each`` times in a seeded
+        order (the slice's way to meet every kind in a few minutes)."""
+        super().__init__(name="soak-injector", daemon=True)
+        self.seed, self.context, self.log = seed, context, log
+        self.rng = random.Random(seed)
+        self.plan: list[str] | None = None
+        if each > 0:
+            self.plan = [kind for kind in KINDS for _ in range(each)]
+            self.rng.shuffle(self.plan)
+            total = len(self.plan)
+        self.total, self.seconds = total, seconds
+        self.faults: list[Fault] = []
+        self.stop = threading.Event()
+        self.workers: list[threading.Thread] = []
+        self.lock = threading.Lock()
+
+    def run(self) -> None:
+        interval = self.seconds / max(self.total, 1)
+        kinds, weights = list(KINDS), list(KINDS.values())
+        for number in range(1, self.total + 1):
+            if self.stop.wait(interval):
+                return
+            kind = self.plan[number - 1] if self.plan else self.rng.choices(kinds, weights)[0]
+            params = random.Random(self.rng.getrandbits(64))
+            fault = Fault(number, time.time(), kind)
+            with self.lock:
+                self.faults.append(fault)
+            worker = threading.Thread(target=self._apply, args=(fault, params), daemon=True)
+            worker.start()
+            self.workers.append(worker)
+
+    def join_all(self, timeout: float = 60) -> None:
+        self.stop.set()
+        self.join(timeout)
+        deadline = time.monotonic() + timeout
+        for worker in self.workers:
+            worker.join(max(deadline - time.monotonic(), 0.1))
+
+    def _apply(self, fault: Fault, rng: random.Random) -> None:
+        try:
+            getattr(self, f"_{fault.kind}")(fault, rng)
+        except Exception as error:  # a fault that could not be applied is recorded, never fatal
+            fault.outcome = f"error: {type(error).__name__}: {str(error)[:160]}"
+        self.log(fault.line())
+
+    # --- Kubernetes ----------------------------------------------------------------------
+
+    def _wait_for(self, find: Callable[[], list[Any]], seconds: float = 5.0, every: float = 0.2) -> list[Any]:
+        """What ``find`` lists, waiting up to ``seconds`` for something: a fault aims at live work."""
+        deadline = time.monotonic() + seconds
+        while True:
+            found = find()
+            if found or time.monotonic() >= deadline or self.stop.is_set():
+                return found
+            time.sleep(every)
+
+    def _pods(self, phase: str, scheduled: bool = True) -> list[Any]:
+        def find() -> list[Any]:
+            live = self.context.observer.live_pods()
+            chosen = (p for p in live if p.statuses and p.statuses[-1][1] == phase and (p.node or not scheduled))
+            return sorted(chosen, key=lambda p: p.name)
+
+        return self._wait_for(find)
+
+    def _reclaim(self, fault: Fault, rng: random.Random, phase: str) -> None:
+        pods = self._pods(phase)
+        if not pods:
+            fault.outcome = "skipped"
+            return
+        pod = rng.choice(pods)
+        fault.target, fault.key, fault.detail = pod.name, pod.key, f"node {pod.node}"
+        self.context.kubernetes.preempt(pod.name, grace_period_seconds=2)
+
+    def _k8s_reclaim_running(self, fault: Fault, rng: random.Random) -> None:
+        self._reclaim(fault, rng, "Running")
+
+    def _k8s_reclaim_pending(self, fault: Fault, rng: random.Random) -> None:
+        self._reclaim(fault, rng, "Pending")
+
+    def _spot_nodes(self) -> list[str]:
+        nodes = self.context.kubernetes.state.store.list("nodes")
+        return sorted(n["metadata"]["name"] for n in nodes if "spot" in n["metadata"]["name"])
+
+    def _k8s_node_drain(self, fault: Fault, rng: random.Random) -> None:
+        busy = sorted(self._wait_for(lambda: sorted({p.node for p in self.context.observer.live_pods() if p.node})))
+        if not busy:
+            fault.outcome = "skipped"
+            return
+        node = rng.choice(busy)
+        fault.target = node
+        evicted = self.context.kubernetes.drain(node)
+        fault.detail = f"evicted {len(evicted)}"
+        time.sleep(rng.uniform(5, 10))
+        self.context.kubernetes.cordon(node, False)
+        fault.recovered_at = time.time()
+
+    def _k8s_node_cordon(self, fault: Fault, rng: random.Random) -> None:
+        nodes = self._spot_nodes()
+        node = rng.choice(nodes)
+        fault.target = node
+        self.context.kubernetes.cordon(node)
+        time.sleep(rng.uniform(5, 15))
+        self.context.kubernetes.cordon(node, False)
+        fault.recovered_at = time.time()
+
+    def _capacity_loss(self, fault: Fault, rng: random.Random) -> None:
+        seconds = rng.uniform(8, 20)
+        if rng.random() < 0.5:
+            nodes = self._spot_nodes()
+            fault.target, fault.detail = "kubernetes spot pool", f"{len(nodes)} nodes cordoned {seconds:.0f}s"
+            for node in nodes:
+                self.context.kubernetes.cordon(node)
+            time.sleep(seconds)
+            for node in nodes:
+                self.context.kubernetes.cordon(node, False)
+        else:
+            fault.target, fault.detail = "batch gpu-spot-ce", f"stalled {seconds:.0f}s"
+            self.context.batch.stall("gpu-spot-ce")
+            time.sleep(seconds)
+            self.context.batch.release("gpu-spot-ce")
+        fault.recovered_at = time.time()
+
+    def _k8s_api(self, fault: Fault, rng: random.Random, status: int) -> None:
+        resource = rng.choice(["pods", "pods/log", "events", None])
+        times = rng.randint(2, 6)
+        rule: dict[str, Any] = {"status": status, "times": times, "resource": resource}
+        if status == 429:
+            rule["retry_after"] = 1
+        self.context.kubernetes.inject_api_fault(**rule)
+        fault.target, fault.detail = resource or "any", f"{status} x{times}"
+
+    def _k8s_api_429(self, fault: Fault, rng: random.Random) -> None:
+        self._k8s_api(fault, rng, 429)
+
+    def _k8s_api_5xx(self, fault: Fault, rng: random.Random) -> None:
+        self._k8s_api(fault, rng, rng.choice([500, 503]))
+
+    def _k8s_watch_drop(self, fault: Fault, rng: random.Random) -> None:
+        fault.target = "every watch"
+        self.context.kubernetes.end_watches()
+
+    # --- AWS Batch -----------------------------------------------------------------------
+
+    def _batch_reclaim(self, fault: Fault, rng: random.Random) -> None:
+        running = self._wait_for(
+            lambda: sorted(
+                (j for j in self.context.batch.jobs() if j.status == "RUNNING" and j.job_queue.name == "gpu-spot"),
+                key=lambda j: j.job_id,
+            )
+        )
+        if not running:
+            fault.outcome = "skipped"
+            return
+        job = rng.choice(running)
+        seen = self.context.observer.jobs.get(job.job_id)
+        fault.target, fault.key = job.job_id, seen.key if seen else None
+        self.context.batch.reclaim(job.job_id)
+
+    def _batch_throttle(self, fault: Fault, rng: random.Random) -> None:
+        operation = rng.choice(["DescribeJobs", "DescribeJobs", "SubmitJob", "ListJobs", "TerminateJob"])
+        times = rng.randint(2, 5)
+        self.context.batch.throttle(operation, times)
+        fault.target, fault.detail = operation, f"x{times}"
+
+    def _batch_5xx(self, fault: Fault, rng: random.Random) -> None:
+        operation = rng.choice(["DescribeJobs", "SubmitJob", "DescribeJobDefinitions"])
+        kind = rng.choice(["server", "unavailable", "reset"])
+        self.context.batch.fail(operation, kind, times=rng.randint(1, 3))
+        fault.target, fault.detail = operation, kind
+
+    # --- Airflow's processes and databases ------------------------------------------------
+
+    def _kill(self, fault: Fault, rng: random.Random, prefix: str) -> None:
+        stack = self.context.stack
+        names = sorted(n for n in stack.parts if n.startswith(prefix))
+        name = rng.choice(names)
+        down = rng.uniform(1, 5)
+        fault.target, fault.detail = name, f"down {down:.1f}s"
+        with self.context.supervisor_lock:
+            if name in self.context.held_down:
+                fault.outcome = "skipped"  # another fault holds it down already
+                return
+            self.context.held_down.add(name)
+            stack.kill_part(name)
+        time.sleep(down)
+        with self.context.supervisor_lock:
+            stack.restart_part(name)
+            self.context.held_down.discard(name)
+        fault.recovered_at = time.time()
+
+    def _kill_worker(self, fault: Fault, rng: random.Random) -> None:
+        self._kill(fault, rng, "worker")
+
+    def _kill_triggerer(self, fault: Fault, rng: random.Random) -> None:
+        self._kill(fault, rng, "triggerer")
+
+    def _kill_scheduler(self, fault: Fault, rng: random.Random) -> None:
+        self._kill(fault, rng, "scheduler")
+
+    def _pg_terminate_backend(self, fault: Fault, rng: random.Random) -> None:
+        import psycopg2  # type: ignore[import-untyped]  # Airflow's driver; no stubs installed
+
+        server = self.context.postgres
+        with contextlib.closing(
+            psycopg2.connect(host="127.0.0.1", port=server.port, user=server.user, dbname=server.database)
+        ) as connection:
+            connection.autocommit = True
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND datname = %s ORDER BY pid",
+                    (server.database,),
+                )
+                pids = [row[0] for row in cursor.fetchall()]
+                chosen = rng.sample(pids, k=min(len(pids), rng.randint(1, 4)))
+                for pid in chosen:
+                    cursor.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        fault.target, fault.detail = "airflow's connections", f"{len(chosen)} of {len(pids)} terminated"
+
+    def _redis_restart(self, fault: Fault, rng: random.Random) -> None:
+        down = rng.uniform(0.5, 3)
+        fault.target, fault.detail = "redis-server", f"down {down:.1f}s, queue lost"
+        self.context.redis.restart(down)
+        fault.recovered_at = time.time()
+
+    # --- a person, through the REST API --------------------------------------------------
+
+    def _live_task(self, rng: random.Random, states: tuple[str, ...]) -> dict[str, Any] | None:
+        query = "&".join(f"state={s}" for s in states)
+
+        def find() -> list[dict[str, Any]]:
+            path = f"/api/v2/dags/~/dagRuns/~/taskInstances?{query}&limit=200"
+            answer = self.context.stack.request("GET", path)
+            return sorted(
+                (t for t in answer["task_instances"] if t["task_id"] in ("score_shard", "train")),
+                key=lambda t: (t["dag_id"], t["dag_run_id"], t["task_id"], t["map_index"]),
+            )
+
+        candidates = self._wait_for(find, every=1.0)  # a REST read each time: not five a second
+        return rng.choice(candidates) if candidates else None
+
+    def _mark(self, fault: Fault, rng: random.Random, new_state: str) -> None:
+        task = self._live_task(rng, ("running", "deferred"))
+        if task is None:
+            fault.outcome = "skipped"
+            return
+        self._aim(fault, task)
+        path = f"/api/v2/dags/{task['dag_id']}/dagRuns/{task['dag_run_id']}/taskInstances/{task['task_id']}"
+        if task["map_index"] >= 0:
+            path += f"/{task['map_index']}"
+        try:
+            self.context.stack.request("PATCH", path, {"new_state": new_state})
+        except urllib.error.HTTPError as error:
+            fault.outcome = f"error: HTTP {error.code}"
+
+    def _aim(self, fault: Fault, task: dict[str, Any]) -> None:
+        fault.instance = (task["dag_id"], task["task_id"], task["dag_run_id"], task["map_index"])
+        fault.key = (*fault.instance, task["try_number"])
+        fault.target = f"{task['dag_id']}.{task['task_id']}[{task['map_index']}] try {task['try_number']}"
+        fault.detail = f"was {task['state']}"
+
+    def _mark_failed(self, fault: Fault, rng: random.Random) -> None:
+        self._mark(fault, rng, "failed")
+
+    def _mark_success(self, fault: Fault, rng: random.Random) -> None:
+        self._mark(fault, rng, "success")
+
+    def _clear_running(self, fault: Fault, rng: random.Random) -> None:
+        task = self._live_task(rng, ("running",))
+        if task is None:
+            fault.outcome = "skipped"
+            return
+        self._aim(fault, task)
+        body = {
+            "dry_run": False, "dag_run_id": task["dag_run_id"], "task_ids": [[task["task_id"], task["map_index"]]],
+            "only_failed": False, "only_running": False, "reset_dag_runs": True,
+        }  # fmt: skip
+        self.context.stack.request("POST", f"/api/v2/dags/{task['dag_id']}/clearTaskInstances", body)

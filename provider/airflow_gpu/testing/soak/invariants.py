@@ -1,0 +1,156 @@
+"""The soak's promises, judged over the whole history: the observer's pods and jobs, the injector's
+faults, and Airflow's task instances and XComs read through the REST API at the end.
+
+Each check returns its violations as text lines; an empty list is a pass. ``Verdict`` keeps the
+counts the report prints (a check with nothing to judge is said so, not passed silently).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_gpu.testing.soak.faults import Fault
+from airflow_gpu.testing.soak.observer import TryKey, Workload
+
+#: A Batch job's end is read every half second: overlaps shorter than this are the reading's, not real.
+BATCH_SLACK = 1.0
+REST_FAULTS = ("mark_failed", "mark_success", "clear_running")
+RECLAIMS = ("k8s_reclaim_running", "k8s_reclaim_pending", "batch_reclaim")
+KILLS = ("kill_worker", "kill_scheduler", "kill_triggerer", "pg_terminate_backend", "redis_restart")
+
+
+@dataclass
+class Verdict:
+    name: str
+    checked: int
+    violations: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+def one_live_per_try(workloads: Iterable[Workload]) -> Verdict:
+    """Never two live pods (or Batch jobs) of one task try at the same moment."""
+    by_try: dict[tuple[str, TryKey], list[Workload]] = defaultdict(list)
+    for w in workloads:
+        if w.key is not None:
+            by_try[(w.backend, w.key)].append(w)
+    verdict = Verdict("one live pod/job per task try", len(by_try))
+    for (backend, key), items in sorted(by_try.items()):
+        items.sort(key=lambda w: w.created)
+        slack = BATCH_SLACK if backend == "batch" else 0.0
+        for earlier, later in itertools.pairwise(items):
+            ended = earlier.ended if earlier.ended is not None else float("inf")
+            if later.created + slack < ended:
+                verdict.violations.append(
+                    f"{backend} {key}: {later.name} created at {later.created:.3f} while {earlier.name} was live "
+                    f"(ended {ended:.3f})"
+                )
+    return verdict
+
+
+def no_orphans(live_at_end: Sequence[Workload], reap_output: str, reap_found: int) -> Verdict:
+    """Nothing of the soak's is live once every run has ended and the grace period passed, and
+    ``airflow-gpu reap`` agrees."""
+    verdict = Verdict("no pod/job alive after its task ended", len(live_at_end) + 1)
+    for w in live_at_end:
+        last = w.statuses[-1][1] if w.statuses else "?"
+        verdict.violations.append(f"{w.backend} {w.name} of {w.key} still live ({last})")
+    if reap_found:
+        verdict.violations.append(f"airflow-gpu reap found {reap_found} orphan(s):\n{reap_output}")
+    return verdict
+
+
+def no_start_after_success(workloads: Iterable[Workload], faults: Sequence[Fault]) -> Verdict:
+    """Once a pod or job of a task instance succeeded, none is started for it again, unless the
+    injector cleared that task instance after the success."""
+    cleared: dict[tuple[str, str, str, int], list[float]] = defaultdict(list)
+    for f in faults:
+        if f.kind == "clear_running" and f.instance is not None and f.outcome == "injected":
+            cleared[f.instance].append(f.at)
+    by_instance: dict[tuple[str, str, str, int], list[Workload]] = defaultdict(list)
+    for w in workloads:
+        if w.instance is not None:
+            by_instance[w.instance].append(w)
+    verdict = Verdict("no pod/job started again after a success", len(by_instance))
+    for instance, items in sorted(by_instance.items()):
+        succeeded = [w.ended for w in items if w.outcome in ("Succeeded", "SUCCEEDED") and w.ended is not None]
+        if not succeeded:
+            continue
+        first = min(succeeded)
+        for w in items:
+            if w.created > first and not any(first <= at <= w.created for at in cleared.get(instance, [])):
+                verdict.violations.append(f"{instance}: {w.name} created {w.created - first:.1f}s after a success")
+    return verdict
+
+
+def final_states(
+    instances: Sequence[dict[str, Any]], faults: Sequence[Fault], retries: int
+) -> tuple[Verdict, dict[str, int]]:
+    """A GPU task ends success unless a person marked it failed, or it ran out of retries to faults
+    that kill task tries (a worker, the scheduler, the database's connections): then failed."""
+    marked: dict[tuple[str, str, str, int], str] = {}
+    for f in sorted(faults, key=lambda f: f.at):
+        if f.kind in ("mark_failed", "mark_success") and f.instance is not None and f.outcome == "injected":
+            marked[f.instance] = "failed" if f.kind == "mark_failed" else "success"
+    kills = sum(1 for f in faults if f.kind in KILLS and f.outcome == "injected")
+    verdict = Verdict("final states allowed by the faults", len(instances))
+    tally: dict[str, int] = defaultdict(int)
+    for ti in instances:
+        instance = (ti["dag_id"], ti["task_id"], ti["dag_run_id"], ti["map_index"])
+        state = ti["state"]
+        tally[state or "none"] += 1
+        if ti["task_id"] not in ("score_shard", "train"):
+            if state not in ("success", "upstream_failed"):
+                verdict.violations.append(f"{instance}: {state}")
+            continue
+        allowed = {"success"}
+        if instance in marked:
+            allowed = {marked[instance], "success"}  # a clear or retry after the mark may still succeed
+        if kills and ti["try_number"] > retries:
+            allowed.add("failed")  # out of retries, each try lost to a kill
+        if state not in allowed:
+            verdict.violations.append(f"{instance}: {state} (allowed {sorted(allowed)}, try {ti['try_number']})")
+    return verdict, dict(tally)
+
+
+def results(expected: dict[tuple[str, str, str, int], Any], actual: dict[tuple[str, str, str, int], Any]) -> Verdict:
+    """Each successful GPU task's XCom is what its workload computes."""
+    verdict = Verdict("XCom results equal the expected values", len(expected))
+    for instance, want in sorted(expected.items()):
+        got = actual.get(instance)
+        if got != want:
+            verdict.violations.append(f"{instance}: XCom {got!r}, expected {want!r}")
+    return verdict
+
+
+def interruptions(
+    recorded: dict[tuple[str, str, str, int, int], int], faults: Sequence[Fault], drains: dict[TryKey, int]
+) -> Verdict:
+    """The interruptions a successful try recorded (XCom ``gpu_interruptions``) equal the reclaims
+    the injector made on that try's pods and jobs (a drain's eviction may count as one too)."""
+    injected: dict[TryKey, int] = defaultdict(int)
+    for f in faults:
+        if f.kind in RECLAIMS and f.outcome == "injected" and f.key:
+            injected[f.key] += 1
+    verdict = Verdict("recorded interruptions equal the injected reclaims", len(recorded))
+    for key, count in sorted(recorded.items()):
+        low, high = injected.get(key, 0), injected.get(key, 0) + drains.get(key, 0)
+        if not low <= count <= high:
+            verdict.violations.append(f"{key}: {count} recorded, {low} reclaim(s) (+{high - low} drain evictions)")
+    return verdict
+
+
+def runs_within(runs: Sequence[dict[str, Any]], bound_seconds: float) -> Verdict:
+    verdict = Verdict(f"every run finished within {bound_seconds:.0f} s", len(runs))
+    for run in runs:
+        if run.get("state") not in ("success", "failed"):
+            verdict.violations.append(f"{run['dag_id']} {run['run_id']}: {run.get('state')} (not finished)")
+        elif run["seconds"] > bound_seconds:
+            verdict.violations.append(f"{run['dag_id']} {run['run_id']}: {run['seconds']:.0f} s")
+    return verdict

@@ -1,0 +1,272 @@
+"""``make soak`` / ``python -m airflow_gpu.testing.soak``: run the soak, judge it, write the report.
+
+The fault window lasts ``--minutes`` (at most 30); DAG runs are triggered one after another on each
+soak DAG while it is open; then the last runs are waited for (``--drain-minutes``), the grace
+period passes, and the history is judged. The exit status is 1 when an invariant is violated:
+the seed, the faults around each violation and the command that replays it are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+import urllib.error
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from airflow_gpu.testing.soak import invariants
+from airflow_gpu.testing.soak.faults import KINDS, Context, Fault, Injector
+from airflow_gpu.testing.soak.observer import Observer
+from airflow_gpu.testing.soak.report import page, summary, text
+from airflow_gpu.testing.soak.soak_dags import EPOCHS, FANOUT, RETRIES, TRAINING, expected_shard, expected_training
+from airflow_gpu.testing.soak.stack import PASSWORD, SoakStack, Supervisor, soak_stack
+
+MAX_MINUTES = 30.0
+FINISHED = ("success", "failed")
+
+
+def log(message: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
+
+
+class Runs:
+    """One active run per soak DAG while the fault window is open; each run's start, end and state."""
+
+    def __init__(self, soak: SoakStack, shards: int, rows: int) -> None:
+        self.soak, self.shards, self.rows = soak, shards, rows
+        self.runs: list[dict[str, Any]] = []
+        self.active: dict[str, dict[str, Any]] = {}
+
+    def conf(self, dag_id: str) -> dict[str, Any]:
+        if dag_id in FANOUT:
+            return {"shards": self.shards, "rows": self.rows}
+        return {"workdir": str(self.soak.workdir / "checkpoints")}
+
+    def tick(self, open_window: bool) -> None:
+        stack = self.soak.stack
+        for dag_id in (*FANOUT, *TRAINING):
+            run = self.active.get(dag_id)
+            if run is not None:
+                try:
+                    state = stack.run_state(dag_id, run["run_id"])
+                except (OSError, urllib.error.URLError):
+                    continue  # the api-server's database connection was cut: ask again next tick
+                run["state"] = state
+                if state in FINISHED:
+                    run["seconds"] = time.time() - run["started"]
+                    log(f"run {dag_id} {run['run_id']} {state} in {run['seconds']:.0f} s")
+                    del self.active[dag_id]
+            if dag_id not in self.active and open_window:
+                try:
+                    run_id = stack.trigger(dag_id, self.conf(dag_id))
+                except (OSError, urllib.error.URLError) as error:
+                    log(f"trigger {dag_id} failed ({error}); next tick")
+                    continue
+                run = {"dag_id": dag_id, "run_id": run_id, "started": time.time(), "state": "queued"}
+                self.runs.append(run)
+                self.active[dag_id] = run
+
+
+def reap(soak: SoakStack, delete: bool = False) -> tuple[int, str]:
+    """``airflow-gpu reap`` as a user runs it, against the soak's Airflow and both emulators."""
+    command = [
+        str(Path(sys.executable).parent / "airflow-gpu"), "reap", "--output", "json", "--grace", "0",
+        "--airflow-url", soak.stack.url, "--airflow-user", "admin",
+        "--kubeconfig", str(soak.kubernetes.kubeconfig_path), "--namespace", "default",
+        "--endpoint-url", soak.batch.endpoint_url, "--region", soak.batch.region,
+    ] + (["--delete"] if delete else [])  # fmt: skip
+    env = {**os.environ, "AIRFLOW_GPU_AIRFLOW_PASSWORD": PASSWORD, "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing"}  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    try:
+        found = json.loads(done.stdout)
+    except ValueError:
+        return -1, f"reap exited {done.returncode}: {done.stdout[-1000:]} {done.stderr[-2000:]}"
+    return len(found["orphans"]), done.stdout
+
+
+def force_orphan(observer: Observer, soak: SoakStack) -> str | None:
+    """A pod with the marks of a finished task try (its labels and annotations as the operator wrote
+    them), left running on purpose: the reaper must find it."""
+    finished = sorted(
+        (p for p in observer.pods.values() if p.outcome == "Succeeded" and p.marks), key=lambda p: p.created
+    )
+    if not finished:
+        return None
+    from kubernetes import client, config
+
+    api = client.CoreV1Api(config.new_client_from_config(str(soak.kubernetes.kubeconfig_path)))
+    marks = finished[0].marks
+    name = "soak-forced-orphan"
+    body = {
+        "metadata": {"name": name, "labels": marks["labels"], "annotations": marks["annotations"]},
+        "spec": {"containers": [{"name": "base", "image": "python:3.12-slim",
+                                 "command": ["python3", "-c", "import time; time.sleep(3600)"]}]},
+    }  # fmt: skip
+    api.create_namespaced_pod("default", body)
+    return name
+
+
+def collect(soak: SoakStack, runs: list[dict[str, Any]], faults: list[Fault], rows: int) -> dict[str, Any]:
+    """Airflow's side, through the REST API: every task instance, and the XComs to judge."""
+    stack = soak.stack
+    marked = {f.instance for f in faults if f.kind == "mark_success" and f.instance and f.outcome == "injected"}
+    instances: list[dict[str, Any]] = []
+    expected: dict[Any, Any] = {}
+    actual: dict[Any, Any] = {}
+    recorded: dict[Any, int] = {}
+    for run in runs:
+        for ti in stack.task_instances(run["dag_id"], run["run_id"]):
+            ti["dag_run_id"] = run["run_id"]
+            instances.append(ti)
+            instance = (run["dag_id"], ti["task_id"], run["run_id"], ti["map_index"])
+            if ti["task_id"] not in ("score_shard", "train") or ti["state"] != "success" or instance in marked:
+                continue
+            value = stack.xcom(run["dag_id"], run["run_id"], ti["task_id"], map_index=ti["map_index"])
+            actual[instance] = value
+            expected[instance] = (
+                expected_shard(ti["map_index"], rows) if ti["task_id"] == "score_shard" else expected_training(EPOCHS)
+            )
+            items = stack.xcom(run["dag_id"], run["run_id"], ti["task_id"], "gpu_interruptions", ti["map_index"])
+            key = (*instance, ti["try_number"])
+            recorded[key] = len(items or [])
+    return {"instances": instances, "expected": expected, "actual": actual, "recorded": recorded}
+
+
+def drain_evictions(observer: Observer, faults: list[Fault]) -> dict[Any, int]:
+    """Pods live on a node when it was drained: an eviction the provider may record as an interruption."""
+    counts: dict[Any, int] = defaultdict(int)
+    for f in faults:
+        if f.kind != "k8s_node_drain" or f.outcome != "injected":
+            continue
+        for pod in observer.pods.values():
+            if pod.node == f.target and pod.key and pod.created <= f.at and (pod.ended is None or pod.ended >= f.at):
+                counts[pod.key] += 1
+    return counts
+
+
+def timeline_around(faults: list[Fault], key_text: str, seconds: float = 60) -> list[str]:
+    hits = [f for f in faults if f.key and str(f.key[2]) in key_text and str(f.key[0]) in key_text]
+    if not hits:
+        return [f.line() for f in faults[-15:]]
+    around = {id(f) for h in hits for f in faults if abs(f.at - h.at) <= seconds}
+    return [f.line() for f in faults if id(f) in around]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--seed", type=int, default=None, help="default: a random seed, printed")
+    parser.add_argument("--replay", type=int, default=None, metavar="SEED", help="replay the faults of SEED")
+    parser.add_argument("--faults", type=int, default=1000)
+    parser.add_argument("--each", type=int, default=0, help="instead: every fault kind this many times")
+    parser.add_argument("--minutes", type=float, default=20.0, help=f"the fault window (at most {MAX_MINUTES:g})")
+    parser.add_argument("--drain-minutes", type=float, default=8.0, help="the bound on the last runs after it")
+    parser.add_argument("--shards", type=int, default=50)
+    parser.add_argument("--rows", type=int, default=200)
+    parser.add_argument("--grace", type=float, default=30.0, help="seconds before leftovers count as orphans")
+    parser.add_argument("--workdir", default=".soak")
+    args = parser.parse_args(argv)
+    seed = args.replay if args.replay is not None else args.seed
+    if seed is None:
+        seed = random.SystemRandom().randrange(1, 2**31)
+    minutes = min(args.minutes, MAX_MINUTES)
+    replay = (
+        f"python -m airflow_gpu.testing.soak --replay {seed} --faults {args.faults} --each {args.each} "
+        f"--minutes {minutes:g} --drain-minutes {args.drain_minutes:g} --shards {args.shards} --rows {args.rows}"
+    )
+    count = args.each * len(KINDS) if args.each else args.faults
+    log(f"soak seed {seed}: {count} faults over {minutes:g} min (replay: {replay})")
+    workdir = Path(args.workdir).resolve()
+    started = time.time()
+    with soak_stack(workdir, log) as soak:
+        observer = Observer(soak.kubernetes, soak.batch).start()
+        stack = soak.stack
+        for dag_id in (*FANOUT, *TRAINING):
+            stack.wait_for_dag(dag_id, timeout=300)
+        log(f"Airflow up in {time.time() - started:.0f} s at {stack.url}")
+        context = Context(stack, soak.kubernetes, soak.batch, soak.redis, soak.postgres, observer)
+        supervisor = Supervisor(stack, context.supervisor_lock, context.held_down, log)
+        supervisor.start()
+        runs = Runs(soak, args.shards, args.rows)
+        injector = Injector(seed, args.faults, minutes * 60, context, log, each=args.each)
+        window_start = time.time()
+        runs.tick(open_window=True)
+        injector.start()
+        while time.time() - window_start < minutes * 60:
+            time.sleep(2)
+            runs.tick(open_window=True)
+        injector.join_all()
+        soak.disarm()
+        log(f"fault window over: {len(injector.faults)} faults; waiting for {len(runs.active)} run(s)")
+        deadline = time.time() + args.drain_minutes * 60
+        while runs.active and time.time() < deadline:
+            time.sleep(2)
+            runs.tick(open_window=False)
+        time.sleep(args.grace)
+        observer.close()
+        supervisor.stop.set()
+        faults = injector.faults
+        for fault in faults:
+            if fault.kind in invariants.RECLAIMS and fault.outcome == "injected":
+                backend = "batch" if fault.kind == "batch_reclaim" else "kubernetes"
+                fault.recovered_at = observer.recovery(backend, fault.key, fault.at, fault.target)
+        airflow = collect(soak, runs.runs, faults, args.rows)
+        live_pods, live_jobs = observer.live_pods(), observer.live_jobs()
+        reap_found, reap_output = reap(soak)
+        orphan = force_orphan(observer, soak)
+        _, forced_output = reap(soak, delete=True) if orphan else (0, "")
+        forced_ok = orphan is not None and orphan in forced_output
+        bound = args.drain_minutes * 60 + minutes * 60
+        final, tally = invariants.final_states(airflow["instances"], faults, RETRIES)
+        verdicts = [
+            invariants.one_live_per_try(observer.workloads()),
+            invariants.no_orphans([*live_pods, *live_jobs], reap_output, reap_found),
+            invariants.no_start_after_success(observer.workloads(), faults),
+            final,
+            invariants.results(airflow["expected"], airflow["actual"]),
+            invariants.interruptions(airflow["recorded"], faults, drain_evictions(observer, faults)),
+            invariants.runs_within(runs.runs, bound),
+        ]
+        missed = [] if forced_ok else [f"not found: {forced_output[-1500:]}"]
+        verdicts.append(invariants.Verdict("reap finds a forced orphan", 1, missed))
+        run_states: dict[str, int] = defaultdict(int)
+        for run in runs.runs:
+            run_states[run.get("state", "?")] += 1
+        figures = {
+            "wall_seconds": time.time() - started,
+            "runs": len(runs.runs),
+            "run_states": dict(run_states),
+            "task_states": tally,
+            "pods": len(observer.pods),
+            "jobs": len(observer.jobs),
+            "k8s_requests": soak.kubernetes.api_requests(),
+            "batch_requests": soak.batch_requests.total + soak.batch_faulted,
+            "supervisor_restarts": len(supervisor.restarts),
+            "forced_orphan_found": forced_ok,
+            "bound_seconds": bound,
+        }
+        report = summary(seed, replay, faults, verdicts, figures)
+        (workdir / "report.json").write_text(json.dumps(report, indent=2, default=str))
+        (workdir / "report.html").write_text(page(report, faults, verdicts, window_start))
+        (workdir / "faults.txt").write_text("\n".join(f.line() for f in faults) + "\n")
+        print(text(report, verdicts), flush=True)
+        bad = [v for v in verdicts if not v.ok]
+        for verdict in bad:
+            print(f"\nVIOLATION (seed {seed}): {verdict.name}", flush=True)
+            for line in verdict.violations[:5]:
+                print(f"  {line}")
+                for around in timeline_around(faults, line):
+                    print(f"    {around}")
+            print(f"  replay: {replay}")
+        log(f"report: {workdir / 'report.html'}")
+        return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,126 @@
+"""The soak's DAGs (copied into the soak's DAG folder by ``airflow_gpu.testing.soak.stack``).
+
+Every result is a pure function of the task's arguments (``expected_shard``, ``expected_training``)
+so that the soak can check each XCom against what it must be, whatever faults hit the task on the
+way. Spot policies allow many interruptions and tasks retry: a fault the provider is built to
+absorb must never fail a task; only a person's "Mark Failed" may.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from datetime import timedelta
+from typing import Any
+
+import pendulum
+from airflow.sdk import DAG, Param, task
+
+START = pendulum.datetime(2026, 1, 1, tz="UTC")
+#: Each task try may be lost to a killed worker or scheduler; the soak's faults stay below this.
+RETRIES = 4
+SHARD_SECONDS = 4.0
+EPOCHS = 10
+
+# One shard of scoring: a few seconds of "work", ended with the provider's result line.
+SCORE_SHARD = """
+import hashlib, json, os, signal, sys, time
+shard, rows = int(sys.argv[1]), int(sys.argv[2])
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+score = 0
+for row in range(rows):
+    score += int(hashlib.sha256(f"{shard}:{row}".encode()).hexdigest()[:4], 16) % 7
+    if row % (rows // 10) == 0:
+        time.sleep(%(pause)s)
+print("::airflow-gpu-result::" + json.dumps({"shard": shard, "rows": rows, "score": score}), flush=True)
+""".replace("%(pause)s", str(SHARD_SECONDS / 10))
+
+# A training that checkpoints each epoch (per try of the task, under the run's workdir) and resumes.
+TRAIN = """
+import json, math, os, signal, sys, time
+path = os.environ["CHECKPOINT_FILE"]
+os.makedirs(os.path.dirname(path), exist_ok=True)
+state = json.load(open(path)) if os.path.exists(path) else {"epoch": 0, "loss": 2.5}
+def on_sigterm(*_):
+    json.dump(state, open(path, "w"))
+    sys.exit(143)
+signal.signal(signal.SIGTERM, on_sigterm)
+epochs = int(os.environ["EPOCHS"])
+while state["epoch"] < epochs:
+    time.sleep(0.4)
+    state["epoch"] += 1
+    state["loss"] = round(2.5 * math.exp(-0.15 * state["epoch"]), 4)
+    json.dump(state, open(path, "w"))
+print("::airflow-gpu-result::" + json.dumps(state), flush=True)
+"""
+
+
+def expected_shard(shard: int, rows: int) -> dict[str, int]:
+    """What ``score_shard`` returns for one shard, computed here as the workload does."""
+    score = sum(int(hashlib.sha256(f"{shard}:{row}".encode()).hexdigest()[:4], 16) % 7 for row in range(rows))
+    return {"shard": shard, "rows": rows, "score": score}
+
+
+def expected_training(epochs: int = EPOCHS) -> dict[str, Any]:
+    return {"epoch": epochs, "loss": round(2.5 * math.exp(-0.15 * epochs), 4)}
+
+
+def fanout(dag_id: str, deferrable: bool) -> DAG:
+    from airflow_gpu.operators.kubernetes import GPUKubernetesOperator
+    from airflow_gpu.spot.policy import SpotPolicy
+
+    with DAG(
+        dag_id, schedule=None, start_date=START, catchup=False, tags=["soak"],
+        params={"shards": Param(50, type="integer"), "rows": Param(200, type="integer")},
+        max_active_runs=1, default_args={"retries": RETRIES, "retry_delay": timedelta(seconds=2)},
+    ) as dag:  # fmt: skip
+
+        @task
+        def plan_shards(params: dict[str, Any] | None = None) -> list[list[str]]:
+            assert params is not None
+            return [[str(i), str(params["rows"])] for i in range(params["shards"])]
+
+        scored = GPUKubernetesOperator.partial(
+            task_id="score_shard", name="soak-shard", accelerator=["H100", "L4"], capacity="spot",
+            spot=SpotPolicy(max_interruptions=25, grace_period_seconds=2, capacity_timeout=300),
+            cmds=["python3", "-c", SCORE_SHARD], cpu=1, memory="1Gi", kubernetes_conn_id="kubernetes_default",
+            namespace="default", get_logs=True, poll_interval=1, deferrable=deferrable,
+            max_active_tis_per_dagrun=8 if deferrable else 3,
+        ).expand(arguments=plan_shards())  # fmt: skip
+
+        @task(trigger_rule="all_done")
+        def reduce(results: list[dict[str, Any] | None]) -> dict[str, Any]:
+            scores = [r for r in results if r]
+            return {"shards": len(scores), "total_score": sum(r["score"] for r in scores)}
+
+        reduce(scored.output)  # type: ignore[arg-type]  # an XComArg resolves to the list at run time
+    return dag
+
+
+def training(dag_id: str, deferrable: bool) -> DAG:
+    from airflow_gpu.operators.batch import GPUBatchOperator
+    from airflow_gpu.spot.policy import SpotPolicy
+
+    with DAG(
+        dag_id, schedule=None, start_date=START, catchup=False, tags=["soak"], max_active_runs=1,
+        default_args={"retries": RETRIES, "retry_delay": timedelta(seconds=2)},
+    ) as dag:  # fmt: skip
+        GPUBatchOperator(
+            task_id="train", accelerator=["A10G", "L4"], image="auto", command=["python3", "-c", TRAIN],
+            environment={
+                "EPOCHS": str(EPOCHS),
+                "CHECKPOINT_FILE": "{{ dag_run.conf.get('workdir', '/tmp') }}/{{ run_id | replace(':', '_') }}/c.json",
+            },
+            job_queues={"spot": "gpu-spot", "on-demand": "gpu-on-demand"},
+            spot=SpotPolicy(max_interruptions=25, capacity_timeout=300, grace_period_seconds=2),
+            poll_interval=1, awslogs_fetch_interval=1, deferrable=deferrable,
+        )  # fmt: skip
+    return dag
+
+
+FANOUT = ("soak_fanout_kubernetes", "soak_fanout_kubernetes_deferrable")
+TRAINING = ("soak_train_batch", "soak_train_batch_deferrable")
+for _dag_id in FANOUT:
+    fanout(_dag_id, deferrable=_dag_id.endswith("deferrable"))
+for _dag_id in TRAINING:
+    training(_dag_id, deferrable=_dag_id.endswith("deferrable"))
