@@ -2,4 +2,5 @@
 
 from airflow_gpu.testing.soak.runner import main
 
-raise SystemExit(main())
+if __name__ == "__main__":  # imported (a walk of the package), it runs nothing
+    raise SystemExit(main())
