@@ -99,3 +99,16 @@ def test_a_jobs_refused_pods_show_in_failed_create(core: client.CoreV1Api, batch
         message.startswith('Error creating: pods "train-') and 'violates PodSecurity "restricted:latest": ' in message
     )
     assert not core.list_namespaced_pod("locked").items
+
+
+def test_labels_the_plugin_cannot_parse_fail_closed(core: client.CoreV1Api) -> None:
+    """``api.PolicyToEvaluate``: an enforce level that is not privileged, baseline or restricted is evaluated
+    as restricted (``ParseLevel``), an enforce version that is not ``latest`` or ``v1.<minor>`` as latest
+    (``ParseVersion``): a misspelt label never admits what a restricted namespace refuses."""
+    labels = {"pod-security.kubernetes.io/enforce": "Restricted", "pod-security.kubernetes.io/enforce-version": "1.29"}
+    core.create_namespace({"metadata": {"name": "misspelt", "labels": labels}})
+    wait_for(lambda: core.list_namespaced_service_account("misspelt").items)
+    message = refusal(core, "misspelt", pod_manifest("x", ["true"]))
+    assert message.startswith(
+        'pods "x" is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation'
+    )

@@ -3,8 +3,9 @@ that violate its level, worded as the API server words it.
 
 From ``k8s.io/pod-security-admission`` (``policy/check_*.go``, ``admission/admission.go``): the
 namespace's ``enforce`` label names the level (``privileged``, ``baseline``, ``restricted``),
-``enforce-version`` the version (``latest`` when absent). ``restricted`` runs the baseline checks
-then its own (``policy/registry.go``), and the refusal is 403 ``pods
+``enforce-version`` the version (``latest`` when absent); labels ``api.PolicyToEvaluate`` cannot
+parse fail closed as there: an unknown level is ``restricted``, an unknown version ``latest``.
+``restricted`` runs the baseline checks then its own (``policy/registry.go``), and the refusal is 403 ``pods
 "<name>" is forbidden: violates PodSecurity "restricted:latest": <reason> (<detail>), ...``. The
 checks emulated are those a GPU pod meets: baseline ``capabilities_baseline``, ``hostNamespaces``,
 ``hostPathVolumes``, ``hostPorts``, ``privileged``, ``seccompProfile_baseline``; restricted
@@ -15,6 +16,7 @@ Windows host processes, the user-namespace relaxation, ``audit``/``warn`` modes 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -231,16 +233,28 @@ def violations(level: str, spec: dict[str, Any]) -> list[str]:
     return [f"{reason} ({detail})" for check in checks if (found := check(spec)) for reason, detail in [found]]
 
 
+def enforced(labels: dict[str, Any]) -> tuple[str, str]:
+    """The namespace's enforced (level, version), as ``api.PolicyToEvaluate`` reads its labels: no label is
+    the default ``privileged:latest``; a level that is not one of the three is ``restricted`` (enforce fails
+    closed), a version other than ``latest`` or ``v1.<minor>`` is ``latest``."""
+    level = labels.get(ENFORCE, "privileged")
+    version = labels.get(ENFORCE_VERSION, "latest")
+    if level not in LEVELS:
+        level = "restricted"
+    if version != "latest" and not re.fullmatch(r"v1\.(0|[1-9][0-9]*)", str(version)):
+        version = "latest"
+    return str(level), str(version)
+
+
 def admit_pod(store: Store, namespace: str, pod: Obj) -> None:
     """Refuse ``pod`` (already named) with 403 when it violates its namespace's enforced level."""
     owner = store.find("namespaces", "", namespace)
     labels = ((owner or {}).get("metadata") or {}).get("labels") or {}
-    level = labels.get(ENFORCE)
-    if level not in ("baseline", "restricted") or not isinstance(pod.get("spec"), dict):
+    level, version = enforced(labels)
+    if level == "privileged" or not isinstance(pod.get("spec"), dict):
         return
     found = violations(level, pod["spec"])
     if found:
         name = pod["metadata"].get("name") or ""
-        version = labels.get(ENFORCE_VERSION) or "latest"
         message = f'pods "{name}" is forbidden: violates PodSecurity "{level}:{version}": {", ".join(found)}'
         raise ApiError(403, "Forbidden", message, {"name": name, "kind": "pods"})
