@@ -59,8 +59,9 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 #: Test modules whose module-scoped fixture starts a Batch emulator (a moto server, its EC2 backend,
-#: job processes): one worker runs each of them whole, so that it starts once, not once per worker.
-ONE_WORKER_PER_MODULE = ("tests/testing/batch/", "tests/hooks/test_batch_hook.py")
+#: job processes) or builds the docs site and starts a browser on it: one worker runs each of them
+#: whole, so that it starts once, not once per worker (the site's build was 47 s a worker, loaded).
+ONE_WORKER_PER_MODULE = ("tests/testing/batch/", "tests/hooks/test_batch_hook.py", "tests/docs/test_site.py")
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -137,9 +137,13 @@ def browser(airflow_stack: tuple[AirflowStack, KubernetesEmulator]) -> Iterator[
 def page(browser: Browser) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1400, "height": 1400})
     context.set_default_timeout(UI_TIMEOUT_MS)
+    # The context's timeout covers actions only; ``expect`` waits 5 s unless told, and a reloaded run
+    # page of the React UI took longer than that to draw its state badge on two loaded cores.
+    expect.set_options(timeout=UI_TIMEOUT_MS)
     try:
         yield context.new_page()
     finally:
+        expect.set_options(timeout=5_000)  # Playwright's default, for whatever runs next in this worker
         context.close()
 
 

@@ -32,7 +32,22 @@ def gpu_profile_hostile() -> None:
 
         device = EmulatedGpu(0, "GPU-0badc0de-0000-0000-0000-000000000000", HOSTILE_GPU, 24_000, 72.0)
         env = with_devices({**os.environ, "AIRFLOW_GPU_IMDS": "off"}, install([device], Path(tempfile.mkdtemp())))
-        busy = "import time\nend = time.monotonic() + 1.5\nwhile time.monotonic() < end: pass"
+        # The workload keeps its GPU busy for 1.5 s once the profiler's sampling nvidia-smi runs (its
+        # ``--query-gpu`` process is in /proc): on a loaded machine the sampler can start a second
+        # late, and a workload that began its 1.5 s before it left one sample, no series to draw.
+        busy = (
+            "import os, time\n"
+            "def sampling():\n"
+            "    for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+            "        try:\n"
+            "            if b'--query-gpu' in open(f'/proc/{pid}/cmdline', 'rb').read(): return True\n"
+            "        except OSError: pass\n"
+            "    return False\n"
+            "give_up = time.monotonic() + 120\n"
+            "while not sampling() and time.monotonic() < give_up: time.sleep(0.05)\n"
+            "end = time.monotonic() + 1.5\n"
+            "while time.monotonic() < end: pass\n"
+        )
         done = subprocess.run(wrap(["python3", "-c", busy], interval=0.2), env=env, capture_output=True, text=True)
         output = read_output(done.stdout.splitlines())
         assert output.profile is not None, (output.profile_warning, done.stdout[-2000:], done.stderr[-2000:])
