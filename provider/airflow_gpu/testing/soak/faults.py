@@ -251,16 +251,32 @@ class Injector(threading.Thread):
         fault.target, fault.key = job.job_id, seen.key if seen else None
         self.context.batch.reclaim(job.job_id)
 
+    def _batch_armed(self, fault: Fault, operation: str) -> bool:
+        """Whether an earlier fault still waits for calls of ``operation``: Batch faults hit "the next N
+        calls", and a SubmitJob comes about once a minute, so they would pile up past the window (the
+        first 1,000-fault soak queued some 400 faulted calls and submitted one job in 25 minutes)."""
+        faults = self.context.batch._throttle
+        with faults._lock:
+            waiting = [a for a in faults._armed.get(faults.key(operation), []) if a.hits < a.times]
+        if waiting:
+            fault.target, fault.outcome, fault.detail = operation, "skipped", "an earlier fault still armed"
+        return bool(waiting)
+
     def _batch_throttle(self, fault: Fault, rng: random.Random) -> None:
         operation = rng.choice(["DescribeJobs", "DescribeJobs", "SubmitJob", "ListJobs", "TerminateJob"])
         times = rng.randint(2, 5)
+        if self._batch_armed(fault, operation):
+            return
         self.context.batch.throttle(operation, times)
         fault.target, fault.detail = operation, f"x{times}"
 
     def _batch_5xx(self, fault: Fault, rng: random.Random) -> None:
         operation = rng.choice(["DescribeJobs", "SubmitJob", "DescribeJobDefinitions"])
         kind = rng.choice(["server", "unavailable", "reset"])
-        self.context.batch.fail(operation, kind, times=rng.randint(1, 3))
+        times = rng.randint(1, 3)
+        if self._batch_armed(fault, operation):
+            return
+        self.context.batch.fail(operation, kind, times=times)
         fault.target, fault.detail = operation, kind
 
     # --- Airflow's processes and databases ------------------------------------------------
