@@ -218,7 +218,7 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
         try:
             pod: k8s.V1Pod = super().get_or_create_pod(pod_request_obj, context)
         except ApiException as error:
-            if error.status == 403:  # refused at admission: one line, decided by the policy
+            if admission.refused(error.status, admission.status_message(error.body)):  # one line, the policy decides
                 self._refused(context, error, pod_request_obj.metadata.namespace)
             if error.status != 409:
                 raise

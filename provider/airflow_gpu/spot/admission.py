@@ -26,6 +26,9 @@ REFUSED = "AdmissionRefused"
 QUOTA = re.compile(r"(?:exceeded|failed) quota: (?P<quota>[^,:\s]+)")
 RBAC = re.compile(r"cannot create resource")
 LIMIT_RANGE = re.compile(r"(?:maximum|minimum) \S+ usage per (?:Container|Pod) is|\S+ max limit to request ratio")
+#: A validating admission webhook's denial, as kube-apiserver rewrites it (``webhook/errors/statuserror.go``,
+#: ``ToStatusErr``): ``pods "x" is forbidden: admission webhook "gpu-policy.example.com" denied the request: ...``.
+WEBHOOK = re.compile(r'admission webhook "(?P<webhook>[^"]+)" denied the request')
 #: ``k8s.io/pod-security-admission`` (``admission/admission.go``): ``violates PodSecurity "restricted:latest": ...``.
 POD_SECURITY = re.compile(r'violates PodSecurity "(?P<level>[a-z]+):[^"]*"')
 #: What ``restricted`` requires of a pod that sets nothing (``policy/check_*.go``), as the operators' KPO
@@ -57,6 +60,10 @@ class Refusal:
             return f"fit its requests and limits to the LimitRange (kubectl describe limitrange{where})"
         if found := POD_SECURITY.search(self.message):
             return self._pod_security(found.group("level"), where)
+        if found := WEBHOOK.search(self.message):
+            return (f"change the pod to meet the policy of admission webhook \"{found.group('webhook')}\" (its "
+                    "words above), or ask the cluster's administrators about it (kubectl get "
+                    "validatingwebhookconfigurations)")  # fmt: skip
         return "ask the cluster's administrators about the admission policy or webhook that refused it"
 
     def _pod_security(self, level: str, where: str) -> str:
@@ -70,6 +77,16 @@ class Refusal:
                     f"({label})")  # fmt: skip
         return (f"remove from the pod what PodSecurity \"{level}\" forbids (the fields named above), or run it in a "
                 f"namespace whose pod-security.kubernetes.io/enforce level admits it ({label})")  # fmt: skip
+
+
+def refused(status: int | None, message: str | None) -> bool:
+    """Whether a create's error is an admission refusal. Every built-in plugin refuses with 403 ``Forbidden``;
+    a webhook's denial carries the webhook's own ``status.code`` (400 and 422 are common) under the API
+    server's words, so a 4xx that says a webhook denied it is one too. A 500 is not: an API server that
+    failed, or a webhook it could not call (``failed calling webhook``), may answer otherwise on a retry."""
+    if status == 403:
+        return True
+    return status is not None and 400 <= status < 500 and bool(WEBHOOK.search(message or ""))
 
 
 def status_message(body: str | bytes | None) -> str | None:

@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import ROUND_CEILING, Decimal
@@ -586,8 +587,14 @@ def admit_pod_mutating(store: Store, namespace: str, pod: Obj) -> None:
     limit_ranger_admit(store, namespace, pod)
 
 
-def admit_validating(store: Store, plural: str, namespace: str, obj: Obj) -> None:
-    """The validating plugins, after naming and validation: LimitRanger (pods), then ResourceQuota."""
+def admit_validating(
+    store: Store, plural: str, namespace: str, obj: Obj, webhooks: Callable[[], None] | None = None
+) -> None:
+    """The validating plugins, after naming and validation: LimitRanger (pods), the validating admission
+    webhooks (``webhooks``, when given), then ResourceQuota, last in the API server's chain so that only
+    what every other plugin admitted is counted."""
     if plural == "pods":
         limit_ranger_validate(store, namespace, obj)
+    if webhooks is not None:
+        webhooks()
     check_quota(store, plural, namespace, obj)

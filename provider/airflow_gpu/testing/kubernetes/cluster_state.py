@@ -40,6 +40,7 @@ from airflow_gpu.testing.kubernetes.scheduler_cache import SchedulerCache
 from airflow_gpu.testing.kubernetes.service_accounts import ServiceAccountController, admit_pod
 from airflow_gpu.testing.kubernetes.store import Obj, Store
 from airflow_gpu.testing.kubernetes.system_objects import KubernetesServiceController, RootCAPublisher
+from airflow_gpu.testing.kubernetes.webhooks import Webhooks
 
 NODE_SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
 DEFAULT_GRACE_SECONDS = 30
@@ -135,6 +136,8 @@ class ClusterState:
         self.garbage_collector = GarbageCollector(self)
         self.jobs = JobController(self, job_backoff_seconds)
         self.quotas = admission.QuotaController(self.store)
+        #: Validating admission webhooks that deny pods (``webhooks``), declared by tests.
+        self.webhooks = Webhooks()
 
     # --- objects --------------------------------------------------------------------------
 
@@ -149,7 +152,8 @@ class ClusterState:
         if causes:
             raise invalid("Pod", str(metadata.get("name") or ""), causes)
         pod_security.admit_pod(self.store, namespace, pod)  # validating, before ResourceQuota, as the chain runs
-        admission.admit_validating(self.store, "pods", namespace, pod)  # LimitRanger, ResourceQuota
+        # LimitRanger, the validating webhooks, ResourceQuota
+        admission.admit_validating(self.store, "pods", namespace, pod, lambda: self.webhooks.admit_pod(namespace, pod))
         spec = pod["spec"]
         spec.setdefault("restartPolicy", "Always")
         spec.setdefault("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)

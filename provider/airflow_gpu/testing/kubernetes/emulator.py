@@ -34,6 +34,7 @@ from airflow_gpu.testing.kubernetes.cluster import ClusterSpec, NodeSpec
 from airflow_gpu.testing.kubernetes.cluster_state import ClusterState
 from airflow_gpu.testing.kubernetes.job_controller import DEFAULT_BACKOFF_SECONDS
 from airflow_gpu.testing.kubernetes.kubeconfig import kubeconfig_text
+from airflow_gpu.testing.kubernetes.webhooks import DenyingWebhook
 
 T = TypeVar("T")
 
@@ -271,6 +272,29 @@ class KubernetesEmulator:
         its containers then run as containerd runs them, and fail to start as it reports (a distroless image
         has no ``/bin/sh``: ``images.distroless()``)."""
         self._state().image_configs.declare(reference, image)
+
+    def deny_pods(
+        self,
+        webhook: str,
+        message: str = "",
+        code: int = 403,
+        *,
+        reason: str = "",
+        selector: str | None = None,
+        namespace: str | None = None,
+    ) -> DenyingWebhook:
+        """A validating admission webhook named ``webhook`` denies the pods it matches with ``message`` and
+        ``code`` (a policy engine's ``status``), as kube-apiserver reports it: ``pods "x" is forbidden:
+        admission webhook "gpu-policy.example.com" denied the request: GPU pods need label team``; a Job's
+        pods so denied show it in ``FailedCreate``. ``selector`` is a label selector on the pod (``"!team"``),
+        ``namespace`` one namespace; neither given, every pod is denied (see ``webhooks``)."""
+        return self._state().webhooks.add(
+            DenyingWebhook(webhook, message, code, reason, selector=selector, namespace=namespace)
+        )
+
+    def allow_pods(self, webhook: str | None = None) -> None:
+        """Remove the denying webhook of that name (``deny_pods``), or every one."""
+        self._state().webhooks.remove(webhook)
 
     def compact_history(self) -> str:
         """Compact the history as etcd does: a watch from an earlier resourceVersion gets ``410 Expired``."""
