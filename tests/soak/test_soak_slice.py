@@ -6,6 +6,12 @@ Marked ``soak`` and left out of ``make test`` (pyproject's addopts deselect the 
 Airflow's start-up and the runs' drain it takes about five minutes of a 2-core machine, which the
 suite's time budget does not have yet; the lead decides when it joins. Run it with
 ``pytest -m soak tests/soak/test_soak_slice.py``.
+
+It fails today, on provider defects the soak found and that are not fixed yet (docs/soak.rst, "What
+it found"): its last run (6 min 14 s) had 1 pod started after a success, 4 successful shards without
+their result XCom and 1 interruption recorded for no reclaim, each from a completed pod that a
+drain deleted before the operator read its end. Its reclaim kinds found no target twice out of
+two draws (k8s_reclaim_pending, batch_reclaim) in that run, which the per-kind check also reports.
 """
 
 from __future__ import annotations
@@ -30,8 +36,8 @@ def test_a_fixed_seed_slice_keeps_every_promise(tmp_path: Path) -> None:
         "--drain-minutes", "5", "--shards", "6", "--rows", "100", "--grace", "15", "--workdir", str(workdir),
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=1200)
-    report = json.loads((workdir / "report.json").read_text())
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    report = json.loads((workdir / "report.json").read_text())
     assert report["seed"] == SEED
     assert report["faults"] == 2 * len(KINDS)
     # every kind was applied, not only drawn: a kind that found no target twice would prove nothing
