@@ -287,14 +287,20 @@ class Ti:
 
 
 @pytest.mark.slow  # the amazon provider's BatchOperator, run in-process against the emulator
-def test_the_amazon_provider_on_an_mnp_job(emulator: BatchEmulator, batch: Any, hook: Any) -> None:
+def test_the_amazon_provider_on_an_mnp_job(emulator: BatchEmulator, batch: Any, hook: Any, tmp_path: Path) -> None:
     """The unmodified ``BatchOperator`` with ``node_overrides`` submits, waits and links logs as on AWS:
     ``get_job_all_awslogs_info`` reads the job's attempts, i.e. the main node's stream (one per range),
-    and a node's own stream when given the node's id."""
+    and a node's own stream when given the node's id.
+
+    The main node ends the job (as on AWS, the others are stopped then), so it waits until node 2 has
+    started and written its line: on loaded cores node 2 had not started when a 0.3 s main node ended,
+    and had no log stream, as on AWS."""
     from airflow.providers.amazon.aws.operators.batch import BatchOperator
 
-    container = node_container(sh("echo node $AWS_BATCH_JOB_NODE_INDEX of $AWS_BATCH_JOB_NUM_NODES; sleep 0.3"))
-    definition = register_multinode(batch, "from-airflow", {"0:0": container, "1:": container})
+    echo = "echo node $AWS_BATCH_JOB_NODE_INDEX of $AWS_BATCH_JOB_NUM_NODES"
+    main_node = node_container(sh(f"{echo}; until [ -e {tmp_path}/2 ]; do sleep 0.05; done"))
+    other_nodes = node_container(sh(f"{echo}; touch {tmp_path}/$AWS_BATCH_JOB_NODE_INDEX; sleep 0.3"))
+    definition = register_multinode(batch, "from-airflow", {"0:0": main_node, "1:": other_nodes})
     operator = BatchOperator(
         task_id="train", job_name="from-airflow", job_definition=definition, job_queue="gpu-on-demand",
         aws_conn_id="batch_emulator", max_retries=200,
