@@ -290,8 +290,10 @@ def test_a_list_of_thousands_of_pods_comes_in_pages_that_do_not_hold_the_loop(
     whole, paged, unpaged_lists, paged_lists = run(body)
     assert (unpaged_lists, paged_lists) == (1, 4)  # 2,000 pods in pages of 500
     # The longest stall of a paged list is a fraction of the one of the whole list, in the same process.
+    # Each side's least of three: other work on the machine only ever lengthens a stall, so the least is
+    # the one nearest to the list's own (a median of three failed when other tests loaded both cores).
     print(f"longest stalls: whole {whole}, paged {paged}")
-    assert sorted(paged)[1] < sorted(whole)[1] / 2, (whole, paged)
+    assert min(paged) < min(whole) / 2, (whole, paged)
 
 
 def test_a_list_whose_snapshot_expires_between_pages_starts_again_and_misses_nothing(

@@ -94,6 +94,7 @@ def test_the_phase_clock_says_when_a_watch_first_sent_each_phase(
             if event["object"]["status"]["phase"] == "Succeeded":
                 read = time.time()
                 break
+    wait_for(phase_is(core, "unwatched", "Succeeded"))  # its end is its own, not the watched pod's
     times = {entry["name"]: entry for entry in kubernetes_emulator.pod_phase_times("default")}
     watched = times["watched"]
     assert "Pending" not in watched["sent"]  # the watch began once the pod ran

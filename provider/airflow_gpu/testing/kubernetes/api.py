@@ -457,9 +457,9 @@ async def _watch(
             event, encoded, (obj_namespace, name, version) = item  # the object as it was then, encoded once
             if as_table:
                 encoded = json.dumps(tables.from_object(resource.plural, json.loads(encoded), include))
-            await response.write(f'{{"type":"{event}","object":{encoded}}}\n'.encode())
-            if pods:
+            if pods:  # stamped before the write: a client may read the event before ``write`` returns
                 state.phase_clock.sent(obj_namespace, name, version)
+            await response.write(f'{{"type":"{event}","object":{encoded}}}\n'.encode())
             sent += 1
         else:
             if bookmarks:

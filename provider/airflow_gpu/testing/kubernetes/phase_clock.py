@@ -31,7 +31,7 @@ class PhaseClock:
     def __init__(self, store: Store, limit: int = LIMIT) -> None:
         self.limit = limit
         self._pods: dict[tuple[str, str], dict[str, Any]] = {}
-        store.subscribe(self._observe)
+        store.subscribe(self._observe, before_watches=True)  # recorded before any watch can send it
 
     def _observe(self, plural: str, event: str, obj: Obj) -> None:
         if plural != "pods":

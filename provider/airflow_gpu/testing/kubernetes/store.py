@@ -107,10 +107,15 @@ class Store:
         self._history: list[tuple[int, str, str, str | None, str, Ref]] = []
         self._watches: list[Watch] = []
         self._listeners: list[Listener] = []
+        self._recorders: list[Listener] = []  # listeners called before the watches (``subscribe``)
 
-    def subscribe(self, listener: Listener) -> None:
-        """Call ``listener`` after every change (the object itself: read it, do not keep or change it)."""
-        self._listeners.append(listener)
+    def subscribe(self, listener: Listener, *, before_watches: bool = False) -> None:
+        """Call ``listener`` after every change (the object itself: read it, do not keep or change it).
+
+        ``before_watches``: call it before the watches are given the change, for a listener that only
+        records (it must not write to the store, or its writes' events would reach the watches first):
+        a client that reads the change from a watch then finds it recorded."""
+        (self._recorders if before_watches else self._listeners).append(listener)
 
     @property
     def resource_version(self) -> str:
@@ -136,6 +141,8 @@ class Store:
         self._history.append((self._version, plural, event, namespace, encoded, ref))
         if len(self._history) > 10_000:
             del self._history[:1_000]
+        for recorder in self._recorders:
+            recorder(plural, event, obj)
         for watch in self._watches:
             if watch.plural == plural and watch.namespace in (None, namespace) and watch.matches(obj):
                 watch.queue.put_nowait((event, encoded, ref))
