@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from airflow_gpu.hooks.batch_submit import Withdrawn
@@ -39,8 +40,7 @@ class BatchKill:
     _submitting_as: tuple[str, str] | None = None  # the queue and name of that SubmitJob's job
     _killed: threading.Event  # set by the kill: the SubmitJob thread stops (``batch_submit``)
 
-    async def _hook(self) -> Any:  # pragma: no cover - the trigger's
-        raise NotImplementedError
+    _hook: Callable[[], Awaitable[Any]]  # the trigger's own method: the hook built for its connection
 
     async def on_kill(self) -> None:
         """ "Mark Failed" on a deferred task (Airflow 3.3+): terminate the job, or it runs on, billed.
