@@ -72,3 +72,96 @@ def test_results_and_run_bounds() -> None:
     assert invariants.runs_within(runs, 60).ok
     assert not invariants.runs_within(runs, 40).ok
     assert not invariants.runs_within([{"dag_id": "d", "run_id": "r", "state": "running"}], 60).ok
+
+
+def ti(state: str = "success") -> dict[str, object]:
+    return {"dag_id": KEY[0], "task_id": KEY[1], "dag_run_id": KEY[2], "map_index": KEY[3], "state": state,
+            "try_number": 1}  # fmt: skip
+
+
+def test_a_reclaim_before_the_exit_needs_a_re_run_and_one_after_success_forbids_it() -> None:
+    hit = pod("a", 0, 10)
+    rerun = pod("b", 12, 20, "Succeeded")
+    for kind in ("k8s_reclaim_pulling", "k8s_reclaim_after_result"):
+        reclaim = Fault(1, 10.0, kind, key=KEY, pod_outcome="Failed")
+        assert invariants.reclaims_by_phase([hit, rerun], [reclaim], [ti()], {KEY[:4]: {"score": 1}}).ok
+        alone = invariants.reclaims_by_phase([hit], [reclaim], [ti()], {KEY[:4]: {"score": 1}})
+        assert len(alone.violations) == 1 and "never run again" in alone.violations[0]
+    # the pod exited 0 before the reclaim reached it: a reclaim after success, no re-run allowed
+    beaten = Fault(1, 10.0, "k8s_reclaim_after_result", key=KEY, pod_outcome="Succeeded")
+    done = pod("a", 0, 9, "Succeeded")
+    assert invariants.reclaims_by_phase([done], [beaten], [ti()], {KEY[:4]: {"score": 1}}).ok
+    assert not invariants.reclaims_by_phase([done, rerun], [beaten], [ti()], {KEY[:4]: {"score": 1}}).ok
+
+
+def test_a_reclaim_after_success_requires_the_success_and_its_result() -> None:
+    done = pod("a", 0, 9, "Succeeded")
+    after = Fault(1, 9.5, "k8s_reclaim_after_success", key=KEY, pod_outcome="Succeeded")
+    assert invariants.reclaims_by_phase([done], [after], [ti()], {KEY[:4]: {"score": 1}}).ok
+    rerun = invariants.reclaims_by_phase([done, pod("b", 12, 20, "Succeeded")], [after], [ti()], {KEY[:4]: 1})
+    assert len(rerun.violations) == 1 and "run again" in rerun.violations[0]
+    no_xcom = invariants.reclaims_by_phase([done], [after], [ti()], {KEY[:4]: None})
+    assert len(no_xcom.violations) == 1 and "no result XCom" in no_xcom.violations[0]
+    assert not invariants.reclaims_by_phase([done], [after], [ti("failed")], {}).ok
+    # a person cleared the task after the reclaim: the re-run is theirs, not the provider's
+    clear = Fault(2, 11.0, "clear_running", instance=KEY[:4])
+    assert invariants.reclaims_by_phase([done, pod("b", 12, 20, "Succeeded")], [after, clear], [ti()], {KEY[:4]: 1}).ok
+    skipped = Fault(1, 9.5, "k8s_reclaim_after_success", key=KEY, outcome="skipped")
+    assert invariants.reclaims_by_phase([done, pod("b", 12, 20)], [skipped], [ti()], {}).checked == 0
+
+
+def test_interruptions_count_a_training_job_once_and_no_reclaim_after_success() -> None:
+    ranks = [Fault(1, 1.0, "k8s_reclaim_running", key=KEY, group="job-a"),
+             Fault(2, 1.2, "k8s_reclaim_running", key=KEY, group="job-a")]  # fmt: skip
+    assert invariants.interruptions({KEY: 1}, ranks, {}).ok  # both machines of one Job: one Job ended
+    assert not invariants.interruptions({KEY: 2}, ranks, {}).ok
+    two_jobs = [*ranks, Fault(3, 9.0, "k8s_reclaim_running", key=KEY, group="job-b")]
+    assert invariants.interruptions({KEY: 2}, two_jobs, {}).ok
+    after = [Fault(1, 1.0, "k8s_reclaim_after_result", key=KEY, pod_outcome="Succeeded"),
+             Fault(2, 2.0, "k8s_reclaim_after_success", key=KEY, pod_outcome="Succeeded")]  # fmt: skip
+    assert invariants.interruptions({KEY: 0}, after, {}).ok
+    assert not invariants.interruptions({KEY: 1}, after, {}).ok  # a success recorded as an interruption
+    stopped = [Fault(1, 1.0, "k8s_reclaim_after_result", key=KEY, pod_outcome="Failed")]
+    assert invariants.interruptions({KEY: 1}, stopped, {}).ok
+    assert not invariants.interruptions({KEY: 0}, stopped, {}).ok
+
+
+def test_the_machines_of_one_training_job_live_together_and_two_jobs_of_a_try_never() -> None:
+    def rank(name: str, job: str, created: float, ended: float | None) -> Workload:
+        machine = pod(name, created, ended)
+        machine.group = job
+        return machine
+
+    one_job = [rank("a-0", "a", 0, 10), rank("a-1", "a", 0.1, 9)]
+    assert invariants.one_live_per_try(one_job).ok
+    replaced = [*one_job, rank("b-0", "b", 10.5, 20), rank("b-1", "b", 10.6, 20)]
+    assert invariants.one_live_per_try(replaced).ok
+    early = [*one_job, rank("b-0", "b", 9.5, 20), rank("b-1", "b", 9.6, 20)]  # a-0 still live at 9.5
+    verdict = invariants.one_live_per_try(early)
+    assert len(verdict.violations) == 1 and "Job b" in verdict.violations[0]
+
+
+def test_training_jobs_one_live_per_try_each_with_its_service() -> None:
+    def obj(kind: str, name: str, created: float, ended: float | None) -> Workload:
+        return Workload(kind, name, KEY, created, ended=ended)
+
+    good = [obj("service", "a", 0, 10), obj("job", "a", 0.1, 10), obj("service", "b", 11, 20), obj("job", "b", 11, 20)]
+    assert invariants.training_jobs(good).ok and invariants.training_jobs(good).checked == 2
+    overlapping = [obj("service", "a", 0, 10), obj("job", "a", 0.1, 10), obj("service", "b", 5, 20),
+                   obj("job", "b", 5, 20)]  # fmt: skip
+    assert not invariants.training_jobs(overlapping).ok
+    assert not invariants.training_jobs([obj("job", "a", 0.1, 10)]).ok  # no headless Service: no rendezvous
+
+
+def test_a_training_result_is_judged_by_its_shape() -> None:
+    from airflow_gpu.testing.soak.soak_dags import training_result_problem
+
+    whole = {"losses": [0.9, 0.3, 0.1, 0.05], "ranks": [0, 1], "machines": [0, 1], "world_size": 2, "start_epoch": 0}
+    assert training_result_problem(whole, epochs=4) is None
+    resumed = {**whole, "losses": [0.1], "start_epoch": 3}
+    assert training_result_problem(resumed, epochs=4) is None
+    assert training_result_problem({**whole, "losses": [0.1]}, epochs=4)  # stopped early
+    assert training_result_problem({**whole, "machines": [0]}, epochs=4)  # both ranks on one machine
+    assert training_result_problem(None, epochs=4) == "no result"
+    verdict = invariants.training_results({KEY[:4]: None}, training_result_problem)
+    assert len(verdict.violations) == 1

@@ -393,13 +393,14 @@ class ClusterState:
 
         async def one(container: dict[str, Any]) -> None:
             current = self._pod(namespace, name) or pod
-            self.record_event(
-                current,
-                "Normal",
-                "Pulled",
-                f'Container image "{container.get("image")}" already present on machine',
-                "kubelet",
-            )
+            if (namespace, name) not in self.images.pulled:  # a slow pull recorded its own ``Pulled``
+                self.record_event(
+                    current,
+                    "Normal",
+                    "Pulled",
+                    f'Container image "{container.get("image")}" already present on machine',
+                    "kubelet",
+                )
             self.record_event(current, "Normal", "Created", f"Created container {container['name']}", "kubelet")
             # A simulated container only reads the pod; a process's environment is built from a copy.
             pod_now = current if simulation(container) is not None else copy.deepcopy(current)
@@ -417,6 +418,7 @@ class ClusterState:
 
         if not run.terminating and await wait_for_images(self, namespace, name, run, pod["spec"]["containers"], False):
             await asyncio.gather(*(one(c) for c in pod["spec"]["containers"]))
+        self.images.pulled.discard((namespace, name))
         self._finish(namespace, name, run)
 
     def _finish(self, namespace: str, name: str, run: PodRun, init_failed: bool = False) -> None:
@@ -615,11 +617,15 @@ class ClusterState:
         return entry
 
     async def preempt(self, namespace: str, name: str, grace_seconds: float | None = None) -> dict[str, Any]:
-        """A spot reclaim as the kubelet's graceful node shutdown shows it."""
+        """A spot reclaim as the kubelet's graceful node shutdown shows it. The shutdown manager stops the
+        node's active pods: one that already ended (``Succeeded`` or ``Failed``) keeps its status."""
         pod = self.store.get("pods", namespace, name)
         fault = self._record_fault(
             "preempt", namespace=namespace, pod=name, node=pod["spec"].get("nodeName"), uid=pod["metadata"]["uid"]
         )
+        if pod["status"].get("phase") in ("Succeeded", "Failed"):
+            fault["ended_before"] = pod["status"]["phase"]
+            return fault
         await self.terminate(
             namespace,
             name,
@@ -766,6 +772,29 @@ class ClusterState:
                 break
             await asyncio.sleep(0.01)
         return entry
+
+    async def delete_by_pod_gc(self, namespace: str, name: str) -> dict[str, Any]:
+        """PodGC deleting a pod whose node is gone (a reclaimed spot node), as ``gc_controller.go``
+        ``markFailedAndDeletePodWithCondition`` does: a pod not yet ended is first marked ``Failed`` with
+        ``DisruptionTarget`` (``DeletionByPodGC``, "PodGC: node no longer exists"); a ``Succeeded`` or
+        ``Failed`` one is left as it is; then a DELETE with grace period 0. Its logs go with it."""
+        pod = self.store.get("pods", namespace, name)
+        entry = self._record_fault(
+            "pod_gc", namespace=namespace, pod=name, node=pod["spec"].get("nodeName"), uid=pod["metadata"]["uid"],
+            phase=pod["status"].get("phase"),
+        )  # fmt: skip
+        ended = pod["status"].get("phase") in ("Succeeded", "Failed")
+        disruption = None if ended else ("DeletionByPodGC", "PodGC: node no longer exists")
+        await self.terminate(namespace, name, 0, disruption=disruption)
+        return entry
+
+    def printed(self, namespace: str, text: str) -> list[str]:
+        """The pods of ``namespace`` on a node whose containers printed a line containing ``text``."""
+        return sorted(
+            name
+            for (space, name), run in self.runs.items()
+            if space == namespace and any(text in line for c in run.containers.values() for _, line in c.lines)
+        )
 
     def finish(self, namespace: str, name: str, exit_code: int = 0) -> list[str]:
         """End the pod's simulated containers now with ``exit_code``, as its workload finishing: the

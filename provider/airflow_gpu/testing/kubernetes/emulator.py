@@ -220,6 +220,29 @@ class KubernetesEmulator:
         """``kubectl delete pod``: a graceful DELETE, no ``DisruptionTarget``; returns once the pod is gone."""
         return self._call(self._state().delete_by_person(namespace, pod, grace_period_seconds))
 
+    def delete_by_pod_gc(self, pod: str, namespace: str = "default") -> dict[str, Any]:
+        """PodGC's deletion of a pod whose node is gone (a spot node reclaimed and removed): grace period 0,
+        ``DisruptionTarget`` ``DeletionByPodGC`` on a pod not yet ended; a completed pod is deleted as it is."""
+        return self._call(self._state().delete_by_pod_gc(namespace, pod))
+
+    def slow_pulls(self, seconds: float, times: int = 1, namespace: str | None = None) -> None:
+        """The next ``times`` pods (of ``namespace``, or any) to pull their images take ``seconds`` to:
+        ``Pulling``, the pod ``Pending`` on its node, then ``Pulled`` (see ``images``)."""
+        self._sync(self._state().images.slow_pull, seconds, times, namespace)
+
+    def clear_slow_pulls(self) -> None:
+        self._sync(self._state().images.clear_slow_pulls)
+
+    def pulling(self, namespace: str = "default") -> list[str]:
+        """The pods of ``namespace`` pulling their images now."""
+        pulling = self._sync(lambda: list(self._state().images.pulling))
+        return sorted(name for space, name in pulling if space == namespace)
+
+    def printed(self, text: str, namespace: str = "default") -> list[str]:
+        """The pods of ``namespace`` whose containers printed a line containing ``text`` (read in-process,
+        no API request)."""
+        return list(self._sync(self._state().printed, namespace, text))
+
     def drain(self, node: str) -> list[str]:
         """Cordon the node and evict its pods through the Eviction API."""
         return self._call(self._state().drain(node))

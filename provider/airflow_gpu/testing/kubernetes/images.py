@@ -19,12 +19,22 @@ reason ``StartError``, exit code 128, containerd's message (``failed to create c
 exec: "/bin/sh": stat /bin/sh: no such file or directory: unknown``) and ``startedAt`` the Unix epoch
 (containerd never set a start time); the kubelet records a ``Failed`` event "Error: <message>"
 (``kuberuntime_container.go``). With ``restartPolicy: Never`` the pod is ``Failed``.
+
+A pull that takes time (``ImageRegistry.slow_pull``: the next pods to pull wait ``seconds``, as a
+node without the image in its cache does for a multi-gigabyte CUDA image) shows what the kubelet
+shows meanwhile: the event ``Pulling`` ("Pulling image "x""), the container waiting with reason
+``ContainerCreating``, the pod ``Pending`` on its node; then ``Pulled`` ("Successfully pulled image
+"x" in 8.002s (8.002s including waiting). Image size: N bytes.", the wording of 1.33's
+``image_manager.go``) in place of "already present on machine". A pod stopped while it pulls (a
+spot reclaim) never starts its containers. ``ImageRegistry.pulling`` lists the pods pulling now.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -38,6 +48,8 @@ BACKOFF_SECONDS = 10.0
 MAX_BACKOFF_SECONDS = 300.0
 #: How long after a failed pull the kubelet's next sync shows ``ImagePullBackOff``.
 BACKOFF_SHOWN_AFTER_SECONDS = 1.0
+#: The size a slow pull reports in its ``Pulled`` event (the emulated registry has no layers to count).
+PULLED_IMAGE_BYTES = 8_589_934_592
 
 
 def with_default_tag(image: str) -> str:
@@ -71,14 +83,48 @@ def backoff_message(image: str) -> str:
     return f'Back-off pulling image "{image}": ErrImagePull: {pull_error(image)}'
 
 
+@dataclass
+class SlowPull:
+    """The next ``times`` pods to pull (of ``namespace``, or any) take ``seconds`` to do it."""
+
+    seconds: float
+    times: int
+    namespace: str | None = None
+
+
 class ImageRegistry:
-    """The images that exist, as far as the emulated nodes are concerned: all but ``missing``."""
+    """The images that exist, as far as the emulated nodes are concerned: all but ``missing``; and
+    the pulls that take time (``slow_pull``)."""
 
     def __init__(self, missing: Iterable[str] = ()) -> None:
         self._missing = {normalized(image) for image in missing}
+        self._slow: list[SlowPull] = []
+        #: Pods pulling their images now, by (namespace, name), with when the pull began (``time.time()``).
+        self.pulling: dict[tuple[str, str], float] = {}
+        #: Pods whose images were pulled (not found on the node): no "already present" event for them.
+        self.pulled: set[tuple[str, str]] = set()
 
     def exists(self, image: str) -> bool:
         return normalized(image) not in self._missing
+
+    def slow_pull(self, seconds: float, times: int = 1, namespace: str | None = None) -> SlowPull:
+        """The next ``times`` pods (of ``namespace``, or of any) that start pulling take ``seconds``."""
+        pull = SlowPull(seconds, times, namespace)
+        self._slow.append(pull)
+        return pull
+
+    def clear_slow_pulls(self) -> None:
+        self._slow.clear()
+
+    def take_slow_pull(self, namespace: str) -> float | None:
+        """The seconds this pod's pull takes, spending one armed ``slow_pull``; None: the image is cached."""
+        for pull in self._slow:
+            if pull.namespace in (None, namespace):
+                pull.times -= 1
+                if pull.times <= 0:
+                    self._slow.remove(pull)
+                return pull.seconds
+        return None
 
 
 def next_backoff(current: float) -> float:
@@ -127,4 +173,36 @@ async def wait_for_images(
             if not await _sleep_unless_terminating(run, pause):
                 return False
         backoff = next_backoff(backoff)
-    return not missing
+    if missing:
+        return False
+    seconds = None if init or not containers else state.images.take_slow_pull(namespace)
+    return True if seconds is None else await _pull_slowly(state, namespace, name, run, containers, seconds)
+
+
+async def _pull_slowly(
+    state: ClusterState, namespace: str, name: str, run: PodRun, containers: list[dict[str, Any]], seconds: float
+) -> bool:
+    """Pull ``containers``' images over ``seconds`` (the containers keep waiting in ``ContainerCreating``);
+    False when the pod is stopped meanwhile."""
+    pod = state.store.find("pods", namespace, name)
+    if pod is None:
+        return False
+    key = (namespace, name)
+    for container in containers:
+        state.record_event(pod, "Normal", "Pulling", f'Pulling image "{container.get("image")}"', "kubelet")
+    state.images.pulling[key] = time.time()
+    try:
+        if not await _sleep_unless_terminating(run, seconds):
+            return False
+    finally:
+        state.images.pulling.pop(key, None)
+    pod = state.store.find("pods", namespace, name) or pod
+    took = f"{seconds:.3f}s"
+    for container in containers:
+        message = (
+            f'Successfully pulled image "{container.get("image")}" in {took} ({took} including waiting). '
+            f"Image size: {PULLED_IMAGE_BYTES} bytes."
+        )
+        state.record_event(pod, "Normal", "Pulled", message, "kubelet")
+    state.images.pulled.add(key)
+    return True

@@ -8,6 +8,17 @@ or job a fault hits is drawn from what is live at that moment, so a replay hits 
 the same order, not always the same objects. A fault with no target at its moment (no running
 pod to reclaim) is recorded as ``skipped``.
 
+A spot reclaim meets a pod at every phase of its life, each a kind of its own: ``pending``
+(scheduled, not started), ``pulling`` (its image being pulled: the fault makes the next pod's pull
+take 6-10 s, ``KubernetesEmulator.slow_pulls``, and reclaims it meanwhile), ``running``,
+``after_result`` (the workload printed its ``::airflow-gpu-result::`` line and has not exited yet:
+the shards linger a second after it, as a workload that uploads or tears down does) and
+``after_success`` (the pod ended ``Succeeded`` and its task, still reading it, has not deleted it:
+its node is gone, and PodGC deletes the pod, ``KubernetesEmulator.delete_by_pod_gc``). A reclaim
+records what the pod had ended as once it played out (``Fault.pod_outcome``): an ``after_result``
+reclaim whose pod exited 0 first is a reclaim after success. What each allows is
+``invariants.reclaims_by_phase``.
+
 Kinds listed in ``NOT_IMPLEMENTED`` are reported with a count of 0 and the reason.
 """
 
@@ -18,11 +29,15 @@ import random
 import threading
 import time
 import urllib.error
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_gpu.testing.soak.observer import Observer, TryKey
+from airflow_gpu.testing.kubernetes.objects import ApiError
+from airflow_gpu.testing.soak.observer import Observer, TryKey, Workload
+
+#: What a workload prints to return its result (``utils.results.RESULT_MARKER``).
+RESULT_MARKER = "::airflow-gpu-result::"
 
 
 @dataclass
@@ -38,6 +53,8 @@ class Fault:
     key: TryKey | None = None  # the task try it hit, where it hit one
     instance: tuple[str, str, str, int] | None = None  # the task instance a REST fault acted on
     recovered_at: float | None = None
+    pod_outcome: str | None = None  # a reclaimed pod: what it had ended as once the reclaim played out
+    group: str | None = None  # a reclaimed pod of a training: its Job (one interruption per Job)
 
     def line(self) -> str:
         stamp = time.strftime("%H:%M:%S", time.localtime(self.at)) + f".{int(self.at * 1000) % 1000:03d}"
@@ -62,6 +79,9 @@ class Context:
 KINDS: dict[str, float] = {
     "k8s_reclaim_running": 12,
     "k8s_reclaim_pending": 4,
+    "k8s_reclaim_pulling": 3,
+    "k8s_reclaim_after_result": 4,
+    "k8s_reclaim_after_success": 4,
     "k8s_node_drain": 3,
     "k8s_node_cordon": 3,
     "capacity_loss": 3,
@@ -80,12 +100,10 @@ KINDS: dict[str, float] = {
     "pg_terminate_backend": 2,
     "redis_restart": 1,
 }
-NOT_IMPLEMENTED: dict[str, str] = {
-    "k8s_reclaim_pulling": "the emulator's image pull has no phase of its own (reclaim_pending: a scheduled pod)",
-    "k8s_reclaim_after_result": "not yet: needs a hold between the result line and the container's exit",
-    "reclaim_after_success_while_reading": "not yet",
-    "accelerate_training_faults": "the two-machine Accelerate DAG is not in the soak yet (CPU cost on 2 cores)",
-}
+NOT_IMPLEMENTED: dict[str, str] = {}
+#: How long a pulling reclaim's slow pull lasts, and how long an aim at a phase waits for a pod in it.
+PULL_SECONDS = (6.0, 10.0)
+AIM_SECONDS = 10.0
 SPOT_NODE_PREFIX = "gpu-spot"
 
 
@@ -109,14 +127,19 @@ class Injector(threading.Thread):
         self.workers: list[threading.Thread] = []
         self.lock = threading.Lock()
 
-    def run(self) -> None:
-        interval = self.seconds / max(self.total, 1)
+    def draws(self) -> Iterator[tuple[int, str, random.Random]]:
+        """The seeded schedule: each fault's number, kind and the generator of its parameters (what
+        ``--replay`` draws again); drawn lazily, as ``run`` applies them."""
         kinds, weights = list(KINDS), list(KINDS.values())
         for number in range(1, self.total + 1):
+            kind = self.plan[number - 1] if self.plan else self.rng.choices(kinds, weights)[0]
+            yield number, kind, random.Random(self.rng.getrandbits(64))
+
+    def run(self) -> None:
+        interval = self.seconds / max(self.total, 1)
+        for number, kind, params in self.draws():
             if self.stop.wait(interval):
                 return
-            kind = self.plan[number - 1] if self.plan else self.rng.choices(kinds, weights)[0]
-            params = random.Random(self.rng.getrandbits(64))
             fault = Fault(number, time.time(), kind)
             with self.lock:
                 self.faults.append(fault)
@@ -162,15 +185,73 @@ class Injector(threading.Thread):
         if not pods:
             fault.outcome = "skipped"
             return
-        pod = rng.choice(pods)
-        fault.target, fault.key, fault.detail = pod.name, pod.key, f"node {pod.node}"
+        self._preempt(fault, rng.choice(pods))
+
+    def _preempt(self, fault: Fault, pod: Workload) -> None:
+        """Reclaim ``pod``'s node (2 s grace) and record what the pod had ended as once it played out."""
+        fault.target, fault.key, fault.group, fault.detail = pod.name, pod.key, pod.group, f"node {pod.node}"
         self.context.kubernetes.preempt(pod.name, grace_period_seconds=2)
+        fault.pod_outcome = self._outcome(pod.name)
+        fault.detail += f", pod {fault.pod_outcome}"
+
+    def _outcome(self, name: str) -> str | None:
+        with self.context.observer.lock:
+            found = [p for p in self.context.observer.pods.values() if p.name == name]
+        return found[-1].outcome if found else None
 
     def _k8s_reclaim_running(self, fault: Fault, rng: random.Random) -> None:
         self._reclaim(fault, rng, "Running")
 
     def _k8s_reclaim_pending(self, fault: Fault, rng: random.Random) -> None:
         self._reclaim(fault, rng, "Pending")
+
+    def _by_name(self, names: list[str]) -> list[Workload]:
+        live = {p.name: p for p in self.context.observer.live_pods()}
+        return sorted((live[n] for n in names if n in live), key=lambda p: p.name)
+
+    def _k8s_reclaim_pulling(self, fault: Fault, rng: random.Random) -> None:
+        """The next pod to start has a slow image pull; its node is reclaimed while it pulls."""
+        kubernetes = self.context.kubernetes
+        kubernetes.slow_pulls(rng.uniform(*PULL_SECONDS), times=1, namespace="default")
+        pods = self._wait_for(lambda: self._by_name(kubernetes.pulling()), AIM_SECONDS, every=0.1)
+        if not pods:
+            kubernetes.clear_slow_pulls()  # no pod started meanwhile: no later pod pulls slowly for it
+            fault.outcome = "skipped"
+            return
+        self._preempt(fault, rng.choice(pods))
+
+    def _k8s_reclaim_after_result(self, fault: Fault, rng: random.Random) -> None:
+        """A pod that printed its result line and still runs (it has not exited) is reclaimed."""
+        kubernetes = self.context.kubernetes
+
+        def find() -> list[Workload]:
+            running = self._by_name(kubernetes.printed(RESULT_MARKER))
+            return [p for p in running if p.statuses and p.statuses[-1][1] == "Running"]
+
+        pods = self._wait_for(find, AIM_SECONDS, every=0.1)
+        if not pods:
+            fault.outcome = "skipped"
+            return
+        self._preempt(fault, rng.choice(pods))
+
+    def _k8s_reclaim_after_success(self, fault: Fault, rng: random.Random) -> None:
+        """A pod that ended ``Succeeded`` and that its task still reads (not deleted yet) loses its node:
+        PodGC deletes it, and its log with it."""
+        pods = self._wait_for(lambda: self.context.observer.unread_successes(within=5.0), AIM_SECONDS, every=0.1)
+        if not pods:
+            fault.outcome = "skipped"
+            return
+        pod = rng.choice(sorted(pods, key=lambda p: p.name))
+        fault.target, fault.key, fault.group, fault.detail = pod.name, pod.key, pod.group, f"node {pod.node}"
+        try:
+            self.context.kubernetes.delete_by_pod_gc(pod.name)
+        except ApiError as error:  # the task deleted it first: no longer a pod being read
+            if error.code != 404:
+                raise
+            fault.outcome, fault.detail = "skipped", "deleted by its task first"
+            return
+        fault.pod_outcome = "Succeeded"
+        fault.detail += ", Succeeded pod deleted by PodGC"
 
     def _spot_nodes(self) -> list[str]:
         nodes = self.context.kubernetes.state.store.list("nodes")

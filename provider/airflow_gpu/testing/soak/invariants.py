@@ -19,7 +19,13 @@ from airflow_gpu.testing.soak.observer import TryKey, Workload
 #: A Batch job's end is read every half second: overlaps shorter than this are the reading's, not real.
 BATCH_SLACK = 1.0
 REST_FAULTS = ("mark_failed", "mark_success", "clear_running")
-RECLAIMS = ("k8s_reclaim_running", "k8s_reclaim_pending", "batch_reclaim")
+#: Reclaims of a pod or job that had not ended: each is an interruption of the try it hit, and a re-run.
+#: ``k8s_reclaim_after_result`` is one when its pod had not exited yet (``Fault.pod_outcome``).
+RECLAIMS = (
+    "k8s_reclaim_running", "k8s_reclaim_pending", "k8s_reclaim_pulling", "k8s_reclaim_after_result", "batch_reclaim",
+)  # fmt: skip
+#: Reclaims judged by ``reclaims_by_phase``, each by what it allows.
+PHASE_RECLAIMS = ("k8s_reclaim_pulling", "k8s_reclaim_after_result", "k8s_reclaim_after_success")
 KILLS = ("kill_worker", "kill_scheduler", "kill_triggerer", "pg_terminate_backend", "redis_restart")
 
 
@@ -34,10 +40,35 @@ class Verdict:
         return not self.violations
 
 
-def one_live_per_try(workloads: Iterable[Workload]) -> Verdict:
-    """Never two live pods (or Batch jobs) of one task try at the same moment."""
-    by_try: dict[tuple[str, TryKey], list[Workload]] = defaultdict(list)
+def interrupting(fault: Fault) -> bool:
+    """Whether ``fault`` reclaimed a pod or job before it ended: an interruption of its try."""
+    if fault.kind not in RECLAIMS or fault.outcome != "injected":
+        return False
+    return not (fault.kind == "k8s_reclaim_after_result" and fault.pod_outcome == "Succeeded")
+
+
+def machines(workloads: Iterable[Workload]) -> list[Workload]:
+    """``workloads`` with each training Job's pods (its machines, live together) as one, live from
+    its first pod's creation until its last pod's end."""
+    out: list[Workload] = []
+    jobs: dict[tuple[TryKey | None, str], list[Workload]] = defaultdict(list)
     for w in workloads:
+        if w.backend == "kubernetes" and w.group:
+            jobs[(w.key, w.group)].append(w)
+        else:
+            out.append(w)
+    for (key, group), pods in jobs.items():
+        ends = [p.ended for p in pods]
+        ended = None if any(e is None for e in ends) else max(e for e in ends if e is not None)
+        out.append(Workload("kubernetes", f"Job {group}", key, min(p.created for p in pods), ended=ended))
+    return out
+
+
+def one_live_per_try(workloads: Iterable[Workload]) -> Verdict:
+    """Never two live pods (or Batch jobs, or training Jobs' sets of pods) of one task try at the
+    same moment: the ranks of one training Job live together, two Jobs of one try never."""
+    by_try: dict[tuple[str, TryKey], list[Workload]] = defaultdict(list)
+    for w in machines(workloads):
         if w.key is not None:
             by_try[(w.backend, w.key)].append(w)
     verdict = Verdict("one live pod/job per task try", len(by_try))
@@ -55,8 +86,8 @@ def one_live_per_try(workloads: Iterable[Workload]) -> Verdict:
 
 
 def no_orphans(live_at_end: Sequence[Workload], reap_output: str, reap_found: int) -> Verdict:
-    """Nothing of the soak's is live once every run has ended and the grace period passed, and
-    ``airflow-gpu reap`` agrees."""
+    """Nothing of the soak's (pod, Batch job, training Job or Service) is live once every run has
+    ended and the grace period passed, and ``airflow-gpu reap`` agrees."""
     verdict = Verdict("no pod/job alive after its task ended", len(live_at_end) + 1)
     for w in live_at_end:
         last = w.statuses[-1][1] if w.statuses else "?"
@@ -133,11 +164,14 @@ def interruptions(
     recorded: dict[tuple[str, str, str, int, int], int], faults: Sequence[Fault], drains: dict[TryKey, int]
 ) -> Verdict:
     """The interruptions a successful try recorded (XCom ``gpu_interruptions``) equal the reclaims
-    the injector made on that try's pods and jobs (a drain's eviction may count as one too)."""
-    injected: dict[TryKey, int] = defaultdict(int)
+    the injector made on that try's pods and jobs (a drain's eviction may count as one too). Reclaims
+    of two machines of one training Job end that Job once: one interruption. A reclaim after the
+    result line whose pod had exited 0 first, and a reclaim after success, are none."""
+    hits: dict[TryKey, set[Any]] = defaultdict(set)
     for f in faults:
-        if f.kind in RECLAIMS and f.outcome == "injected" and f.key:
-            injected[f.key] += 1
+        if interrupting(f) and f.key:
+            hits[f.key].add(f.group or f.number)
+    injected = {key: len(found) for key, found in hits.items()}
     verdict = Verdict("recorded interruptions equal the injected reclaims", len(recorded))
     for key, count in sorted(recorded.items()):
         low, high = injected.get(key, 0), injected.get(key, 0) + drains.get(key, 0)
@@ -153,4 +187,90 @@ def runs_within(runs: Sequence[dict[str, Any]], bound_seconds: float) -> Verdict
             verdict.violations.append(f"{run['dag_id']} {run['run_id']}: {run.get('state')} (not finished)")
         elif run["seconds"] > bound_seconds:
             verdict.violations.append(f"{run['dag_id']} {run['run_id']}: {run['seconds']:.0f} s")
+    return verdict
+
+
+def reclaims_by_phase(
+    workloads: Sequence[Workload],
+    faults: Sequence[Fault],
+    instances: Sequence[dict[str, Any]],
+    results: dict[tuple[str, str, str, int], Any],
+) -> Verdict:
+    """What a reclaim at each phase allows (interruptions are ``interruptions``' to count):
+
+    * ``k8s_reclaim_pulling``: the pod never ran; the task runs the workload again (a pod of the
+      task instance created after the reclaim).
+    * ``k8s_reclaim_after_result``, the pod stopped before it exited: a preemption like any other,
+      though its log carried the result line: the task runs the workload again. When the pod exited
+      0 before the reclaim reached it, it is a reclaim after success (below).
+    * ``k8s_reclaim_after_success``: the pod had succeeded; the task that was still reading it must
+      take the success: no pod of the task instance is created after it, the task ends ``success``
+      and its result XCom is there.
+
+    A person's mark or clear of that task instance after the reclaim excuses the re-run and the final
+    state (the task is no longer the provider's to finish).
+    """
+    people: dict[tuple[str, str, str, int], list[float]] = defaultdict(list)
+    for f in faults:
+        if f.kind in REST_FAULTS and f.instance is not None and f.outcome == "injected":
+            people[f.instance].append(f.at)
+    created: dict[tuple[str, str, str, int], list[float]] = defaultdict(list)
+    for w in workloads:
+        if w.instance is not None and w.backend == "kubernetes":
+            created[w.instance].append(w.created)
+    states = {(t["dag_id"], t["task_id"], t["dag_run_id"], t["map_index"]): t["state"] for t in instances}
+    judged = [f for f in faults if f.kind in PHASE_RECLAIMS and f.outcome == "injected" and f.key]
+    verdict = Verdict("each reclaim allowed what its phase allows", len(judged))
+    for f in judged:
+        assert f.key is not None
+        instance = f.key[:4]
+        if any(at >= f.at for at in people.get(instance, [])):
+            continue
+        later = [at for at in created.get(instance, []) if at > f.at]
+        success = f.kind == "k8s_reclaim_after_success" or f.pod_outcome == "Succeeded"
+        where = f"#{f.number} {f.kind} of {f.target} ({instance})"
+        if not success and not later:
+            verdict.violations.append(f"{where}: the pod was reclaimed before it ended, and never run again")
+        if success and later:
+            again = later[0] - f.at
+            verdict.violations.append(f"{where}: the pod had succeeded, and was run again {again:.1f} s after")
+        if success and instance in states:
+            if states[instance] != "success":
+                verdict.violations.append(f"{where}: the pod had succeeded, and the task ended {states[instance]}")
+            elif results.get(instance) is None:
+                verdict.violations.append(f"{where}: the pod had succeeded, and the task has no result XCom")
+    return verdict
+
+
+def training_jobs(objects: Sequence[Workload]) -> Verdict:
+    """A two-machine training has one live Job per task try at a time (created, until its deletion is
+    requested), and each Job its headless Service of the same name."""
+    jobs = [o for o in objects if o.backend == "job"]
+    services = {(o.key, o.name) for o in objects if o.backend == "service"}
+    by_try: dict[TryKey, list[Workload]] = defaultdict(list)
+    for job in jobs:
+        if job.key is not None:
+            by_try[job.key].append(job)
+    verdict = Verdict("one live training Job per task try, each with its Service", len(jobs))
+    for key, items in sorted(by_try.items()):
+        items.sort(key=lambda w: w.created)
+        for earlier, later in itertools.pairwise(items):
+            ended = earlier.ended if earlier.ended is not None else float("inf")
+            if later.created < ended:
+                verdict.violations.append(f"{key}: Job {later.name} created while Job {earlier.name} was live")
+    for job in jobs:
+        if (job.key, job.name) not in services:
+            verdict.violations.append(f"{job.key}: Job {job.name} without its Service")
+    return verdict
+
+
+def training_results(values: dict[tuple[str, str, str, int], Any], check: Any) -> Verdict:
+    """Each successful two-machine training's XCom is a whole training's result (``check`` returns
+    what is wrong with one, or None): its value depends on where a resumed run started, so it is
+    judged by its shape, not compared with one value."""
+    verdict = Verdict("training results are whole trainings", len(values))
+    for instance, value in sorted(values.items()):
+        problem = check(value)
+        if problem:
+            verdict.violations.append(f"{instance}: {problem}: {value!r}")
     return verdict

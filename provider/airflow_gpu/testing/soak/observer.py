@@ -2,9 +2,12 @@
 
 Pods: every change the Kubernetes emulator's store makes is handed to a listener (``Store.subscribe``),
 so nothing is sampled: a pod's creation, each phase, its deletion request and its removal are each
-recorded with the time they happened. Batch jobs (moto's objects) have no such hook: they are read
-every ``interval`` seconds in-process (no API request counted), so a job's end is known to that
-interval; ``invariants`` allows for it.
+recorded with the time they happened. The two-machine trainings' Jobs and headless Services are
+followed the same way (``objects``): created, and deleted (deletion requested); a training pod
+carries its Job's name (``group``), for its ranks live together.
+
+Batch jobs (moto's objects) have no such hook: they are read every ``interval`` seconds in-process
+(no API request counted), so a job's end is known to that interval; ``invariants`` allows for it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 
 from airflow_gpu.accelerators.batch_job import TRY_TAG
 from airflow_gpu.utils.pod_identity import TASK_ANNOTATION
+from airflow_gpu.utils.training_job import JOB_LABEL
 
 #: (dag_id, task_id, run_id, map_index, try_number)
 TryKey = tuple[str, str, str, int, int]
@@ -37,6 +41,8 @@ class Workload:
     node: str | None = None
     statuses: list[tuple[float, str]] = field(default_factory=list)
     marks: dict[str, Any] = field(default_factory=dict)  # a pod's labels and annotations, as first seen
+    group: str | None = None  # the training Job a pod is a machine of (its ranks are live together)
+    deleted: float | None = None  # when its deletion was requested or it was removed (after ``ended`` too)
 
     @property
     def instance(self) -> tuple[str, str, str, int] | None:
@@ -70,6 +76,8 @@ class Observer:
         self.kubernetes, self.batch, self.interval = kubernetes, batch, interval
         self.pods: dict[str, Workload] = {}
         self.jobs: dict[str, Workload] = {}
+        #: Kubernetes Jobs and Services of the trainings, by uid (backend ``job`` or ``service``).
+        self.objects: dict[str, Workload] = {}
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self._thread = threading.Thread(target=self._poll_batch, name="soak-observer", daemon=True)
@@ -89,30 +97,48 @@ class Observer:
     # --- pods: every change, in the emulator's loop -----------------------------------------
 
     def _on_change(self, plural: str, event: str, obj: dict[str, Any]) -> None:
-        if plural != "pods" or self.stop.is_set():
+        if plural not in ("pods", "jobs", "services") or self.stop.is_set():
             return
         metadata = obj.get("metadata") or {}
         if "airflow-gpu/accelerator" not in (metadata.get("labels") or {}):
             return
         now = time.time()
         uid = str(metadata.get("uid"))
+        if plural != "pods":
+            self._on_object(plural[:-1], event, metadata, uid, now)
+            return
         with self.lock:
             pod = self.pods.get(uid)
             if pod is None:
                 pod = self.pods[uid] = Workload("kubernetes", str(metadata.get("name")), pod_key(metadata), now)
                 pod.marks = {"labels": dict(metadata.get("labels") or {}),
                              "annotations": dict(metadata.get("annotations") or {})}  # fmt: skip
+                pod.group = (metadata.get("labels") or {}).get(JOB_LABEL)
             phase = (obj.get("status") or {}).get("phase") or "Pending"
             pod.node = (obj.get("spec") or {}).get("nodeName") or pod.node
             if not pod.statuses or pod.statuses[-1][1] != phase:
                 pod.statuses.append((now, phase))
             if phase == "Running" and pod.running is None:
                 pod.running = now
+            gone = event == "DELETED" or bool(metadata.get("deletionTimestamp"))
             if pod.ended is None:
                 if phase in ("Succeeded", "Failed"):
                     pod.ended, pod.outcome = now, phase
-                elif event == "DELETED" or metadata.get("deletionTimestamp"):
+                elif gone:
                     pod.ended, pod.outcome = now, "deleted"
+            if gone and pod.deleted is None:
+                pod.deleted = now
+
+    def _on_object(self, kind: str, event: str, metadata: dict[str, Any], uid: str, now: float) -> None:
+        """A training's Job or Service: live from its creation until its deletion is requested."""
+        with self.lock:
+            seen = self.objects.get(uid)
+            if seen is None:
+                seen = self.objects[uid] = Workload(kind, str(metadata.get("name")), pod_key(metadata), now)
+                seen.group = (metadata.get("labels") or {}).get(JOB_LABEL)
+            if (event == "DELETED" or metadata.get("deletionTimestamp")) and seen.ended is None:
+                seen.ended = seen.deleted = now
+                seen.outcome = "deleted"
 
     # --- Batch jobs: read in-process every interval ------------------------------------------
 
@@ -170,3 +196,22 @@ class Observer:
     def live_jobs(self) -> list[Workload]:
         with self.lock:
             return [j for j in self.jobs.values() if j.ended is None]
+
+    def training_objects(self) -> list[Workload]:
+        """The trainings' Kubernetes Jobs and Services seen so far."""
+        with self.lock:
+            return list(self.objects.values())
+
+    def live_objects(self) -> list[Workload]:
+        with self.lock:
+            return [o for o in self.objects.values() if o.ended is None]
+
+    def unread_successes(self, within: float) -> list[Workload]:
+        """Pods that ended ``Succeeded`` in the last ``within`` seconds and that their task has not
+        deleted yet: the task is still reading them (its end, its log, its result)."""
+        now = time.time()
+        with self.lock:
+            return [
+                p for p in self.pods.values()
+                if p.outcome == "Succeeded" and p.deleted is None and p.ended is not None and now - p.ended <= within
+            ]  # fmt: skip

@@ -20,15 +20,16 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from airflow_gpu.testing.soak import invariants
+from airflow_gpu.testing.soak import invariants, soak_dags
 from airflow_gpu.testing.soak.faults import KINDS, Context, Fault, Injector
 from airflow_gpu.testing.soak.observer import Observer
 from airflow_gpu.testing.soak.report import page, summary, text
-from airflow_gpu.testing.soak.soak_dags import EPOCHS, FANOUT, RETRIES, TRAINING, expected_shard, expected_training
+from airflow_gpu.testing.soak.soak_dags import ACCELERATE, EPOCHS, FANOUT, RETRIES, TRAINING, expected_shard
 from airflow_gpu.testing.soak.stack import PASSWORD, SoakStack, Supervisor, soak_stack
 
 MAX_MINUTES = 30.0
 FINISHED = ("success", "failed")
+DAGS = (*FANOUT, *TRAINING, *ACCELERATE)
 
 
 def log(message: str) -> None:
@@ -50,7 +51,7 @@ class Runs:
 
     def tick(self, open_window: bool) -> None:
         stack = self.soak.stack
-        for dag_id in (*FANOUT, *TRAINING):
+        for dag_id in DAGS:
             run = self.active.get(dag_id)
             if run is not None:
                 try:
@@ -120,6 +121,7 @@ def collect(soak: SoakStack, runs: list[dict[str, Any]], faults: list[Fault], ro
     instances: list[dict[str, Any]] = []
     expected: dict[Any, Any] = {}
     actual: dict[Any, Any] = {}
+    trainings: dict[Any, Any] = {}  # the two-machine trainings' results, judged by their shape
     recorded: dict[Any, int] = {}
     for run in runs:
         for ti in stack.task_instances(run["dag_id"], run["run_id"]):
@@ -130,13 +132,17 @@ def collect(soak: SoakStack, runs: list[dict[str, Any]], faults: list[Fault], ro
                 continue
             value = stack.xcom(run["dag_id"], run["run_id"], ti["task_id"], map_index=ti["map_index"])
             actual[instance] = value
-            expected[instance] = (
-                expected_shard(ti["map_index"], rows) if ti["task_id"] == "score_shard" else expected_training(EPOCHS)
-            )
+            if run["dag_id"] in ACCELERATE:
+                trainings[instance] = value
+            elif ti["task_id"] == "score_shard":
+                expected[instance] = expected_shard(ti["map_index"], rows)
+            else:
+                expected[instance] = soak_dags.expected_training(EPOCHS)
             items = stack.xcom(run["dag_id"], run["run_id"], ti["task_id"], "gpu_interruptions", ti["map_index"])
             key = (*instance, ti["try_number"])
             recorded[key] = len(items or [])
-    return {"instances": instances, "expected": expected, "actual": actual, "recorded": recorded}
+    return {"instances": instances, "expected": expected, "actual": actual, "trainings": trainings,
+            "recorded": recorded}  # fmt: skip
 
 
 def drain_evictions(observer: Observer, faults: list[Fault]) -> dict[Any, int]:
@@ -187,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     with soak_stack(workdir, log) as soak:
         observer = Observer(soak.kubernetes, soak.batch).start()
         stack = soak.stack
-        for dag_id in (*FANOUT, *TRAINING):
+        for dag_id in DAGS:
             stack.wait_for_dag(dag_id, timeout=300)
         log(f"Airflow up in {time.time() - started:.0f} s at {stack.url}")
         context = Context(stack, soak.kubernetes, soak.batch, soak.redis, soak.postgres, observer)
@@ -203,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             runs.tick(open_window=True)
         injector.join_all()
         soak.disarm()
+        soak.kubernetes.clear_slow_pulls()
         log(f"fault window over: {len(injector.faults)} faults; waiting for {len(runs.active)} run(s)")
         deadline = time.time() + args.drain_minutes * 60
         while runs.active and time.time() < deadline:
@@ -213,11 +220,11 @@ def main(argv: list[str] | None = None) -> int:
         supervisor.stop.set()
         faults = injector.faults
         for fault in faults:
-            if fault.kind in invariants.RECLAIMS and fault.outcome == "injected":
+            if invariants.interrupting(fault):
                 backend = "batch" if fault.kind == "batch_reclaim" else "kubernetes"
                 fault.recovered_at = observer.recovery(backend, fault.key, fault.at, fault.target)
         airflow = collect(soak, runs.runs, faults, args.rows)
-        live_pods, live_jobs = observer.live_pods(), observer.live_jobs()
+        live_pods, live_jobs, live_objects = observer.live_pods(), observer.live_jobs(), observer.live_objects()
         reap_found, reap_output = reap(soak)
         orphan = force_orphan(observer, soak)
         _, forced_output = reap(soak, delete=True) if orphan else (0, "")
@@ -226,11 +233,14 @@ def main(argv: list[str] | None = None) -> int:
         final, tally = invariants.final_states(airflow["instances"], faults, RETRIES)
         verdicts = [
             invariants.one_live_per_try(observer.workloads()),
-            invariants.no_orphans([*live_pods, *live_jobs], reap_output, reap_found),
+            invariants.no_orphans([*live_pods, *live_jobs, *live_objects], reap_output, reap_found),
             invariants.no_start_after_success(observer.workloads(), faults),
             final,
             invariants.results(airflow["expected"], airflow["actual"]),
+            invariants.training_results(airflow["trainings"], soak_dags.training_result_problem),
+            invariants.training_jobs(observer.training_objects()),
             invariants.interruptions(airflow["recorded"], faults, drain_evictions(observer, faults)),
+            invariants.reclaims_by_phase(observer.workloads(), faults, airflow["instances"], airflow["actual"]),
             invariants.runs_within(runs.runs, bound),
         ]
         missed = [] if forced_ok else [f"not found: {forced_output[-1500:]}"]
@@ -245,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
             "task_states": tally,
             "pods": len(observer.pods),
             "jobs": len(observer.jobs),
+            "training_jobs": sum(1 for o in observer.training_objects() if o.backend == "job"),
             "k8s_requests": soak.kubernetes.api_requests(),
             "batch_requests": soak.batch_requests.total + soak.batch_faulted,
             "supervisor_restarts": len(supervisor.restarts),

@@ -4,6 +4,11 @@ Every result is a pure function of the task's arguments (``expected_shard``, ``e
 so that the soak can check each XCom against what it must be, whatever faults hit the task on the
 way. Spot policies allow many interruptions and tasks retry: a fault the provider is built to
 absorb must never fail a task; only a person's "Mark Failed" may.
+
+The two-machine Accelerate training (``AccelerateTrainOperator``, an Indexed Job of two spot H100
+machines and its headless Service, deferrable and not) runs ``dags/training/tiny_regression.py``
+on CPU (gloo): its result depends on the epoch a resumed run started from, so
+``training_result_problem`` judges its shape instead of one value.
 """
 
 from __future__ import annotations
@@ -11,16 +16,25 @@ from __future__ import annotations
 import hashlib
 import math
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pendulum
 from airflow.sdk import DAG, Param, task
 
+import airflow_gpu
+
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 #: Each task try may be lost to a killed worker or scheduler; the soak's faults stay below this.
 RETRIES = 4
 SHARD_SECONDS = 4.0
+#: A shard lingers this long after its result line (a workload's teardown: uploads, a final flush):
+#: the moment a reclaim after the result line and before the exit lands in.
+RESULT_HOLD_SECONDS = 1.0
 EPOCHS = 10
+ACCELERATE_EPOCHS = 4
+#: The example DAGs' training script, from the checkout the soak runs in (every emulated machine is this host).
+TRAINING_SCRIPT = str(Path(airflow_gpu.__file__).resolve().parents[2] / "dags" / "training" / "tiny_regression.py")
 
 # One shard of scoring: a few seconds of "work", ended with the provider's result line.
 SCORE_SHARD = """
@@ -33,7 +47,8 @@ for row in range(rows):
     if row % (rows // 10) == 0:
         time.sleep(%(pause)s)
 print("::airflow-gpu-result::" + json.dumps({"shard": shard, "rows": rows, "score": score}), flush=True)
-""".replace("%(pause)s", str(SHARD_SECONDS / 10))
+time.sleep(%(hold)s)
+""".replace("%(pause)s", str(SHARD_SECONDS / 10)).replace("%(hold)s", str(RESULT_HOLD_SECONDS))
 
 # A training that checkpoints each epoch (per try of the task, under the run's workdir) and resumes.
 TRAIN = """
@@ -63,6 +78,21 @@ def expected_shard(shard: int, rows: int) -> dict[str, int]:
 
 def expected_training(epochs: int = EPOCHS) -> dict[str, Any]:
     return {"epoch": epochs, "loss": round(2.5 * math.exp(-0.15 * epochs), 4)}
+
+
+def training_result_problem(value: Any, epochs: int = ACCELERATE_EPOCHS) -> str | None:
+    """What is wrong with a two-machine training's result, or None: both ranks on two machines, and
+    the epochs from where it (re)started to the last, one loss each."""
+    if not isinstance(value, dict):
+        return "no result"
+    if value.get("ranks") != [0, 1] or value.get("machines") != [0, 1] or value.get("world_size") != 2:
+        return "not both ranks on two machines"
+    start, losses = value.get("start_epoch"), value.get("losses")
+    if not isinstance(start, int) or not isinstance(losses, list) or not 0 <= start < epochs:
+        return "no start epoch or losses"
+    if start + len(losses) != epochs:
+        return f"trained {len(losses)} epoch(s) from epoch {start}, not to epoch {epochs}"
+    return None
 
 
 def fanout(dag_id: str, deferrable: bool) -> DAG:
@@ -118,9 +148,35 @@ def training(dag_id: str, deferrable: bool) -> DAG:
     return dag
 
 
+def accelerate(dag_id: str, deferrable: bool, port: int) -> DAG:
+    from airflow_gpu.operators.accelerate import AccelerateTrainOperator
+    from airflow_gpu.spot.policy import SpotPolicy
+
+    with DAG(
+        dag_id, schedule=None, start_date=START, catchup=False, tags=["soak"], max_active_runs=1,
+        default_args={"retries": RETRIES, "retry_delay": timedelta(seconds=2)},
+    ) as dag:  # fmt: skip
+        AccelerateTrainOperator(
+            task_id="train", target="kubernetes", kubernetes_conn_id="kubernetes_default", namespace="default",
+            training_script=TRAINING_SCRIPT, image="huggingface/accelerate:gpu-release-1.15.0",
+            script_args=[
+                "--epochs", str(ACCELERATE_EPOCHS), "--epoch-seconds", "1", "--checkpoint-dir",
+                "{{ dag_run.conf.get('workdir', '/tmp') }}/{{ run_id | replace(':', '_') }}/accelerate",
+            ],
+            env={"ACCELERATE_USE_CPU": "1"}, accelerator="H100", num_machines=2, main_process_port=port,
+            capacity="spot", spot=SpotPolicy(max_interruptions=25, grace_period_seconds=2, capacity_timeout=300),
+            gpu_profile=False, poll_interval=1, deferrable=deferrable,
+        )  # fmt: skip
+    return dag
+
+
 FANOUT = ("soak_fanout_kubernetes", "soak_fanout_kubernetes_deferrable")
 TRAINING = ("soak_train_batch", "soak_train_batch_deferrable")
+#: Each its own rendezvous port: every emulated machine is this host (not the e2e scenarios' 29500-29570).
+ACCELERATE = {"soak_accelerate_kubernetes": 29680, "soak_accelerate_kubernetes_deferrable": 29690}
 for _dag_id in FANOUT:
     fanout(_dag_id, deferrable=_dag_id.endswith("deferrable"))
 for _dag_id in TRAINING:
     training(_dag_id, deferrable=_dag_id.endswith("deferrable"))
+for _dag_id, _port in ACCELERATE.items():
+    accelerate(_dag_id, deferrable=_dag_id.endswith("deferrable"), port=_port)

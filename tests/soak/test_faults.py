@@ -1,0 +1,168 @@
+"""The soak's reclaim kinds at each phase of a pod (``airflow_gpu.testing.soak.faults``), on the
+Kubernetes emulator alone (no Airflow): the seeded schedule draws each of them, and each one acts
+on the pod it aims at as a spot reclaim at that phase shows on a cluster.
+
+The pods carry the operator's marks (the ``airflow-gpu/accelerator`` label, the task-instance
+annotation) so that the soak's observer follows them, as it follows the operator's pods.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
+from airflow_gpu.testing.polling import wait_for
+from airflow_gpu.testing.soak import faults, invariants
+from airflow_gpu.testing.soak.faults import KINDS, NOT_IMPLEMENTED, RESULT_MARKER, Context, Fault, Injector
+from airflow_gpu.testing.soak.observer import Observer
+from airflow_gpu.utils.pod_identity import TASK_ANNOTATION
+
+NEW_KINDS = ("k8s_reclaim_pulling", "k8s_reclaim_after_result", "k8s_reclaim_after_success")
+KEY = ("soak_fanout_kubernetes", "score_shard", "manual__1", 3, 1)
+
+
+class NoBatch:
+    """The observer reads Batch jobs too; these tests have no Batch emulator, so it has none."""
+
+    def jobs(self) -> list[Any]:
+        return []
+
+
+@pytest.fixture
+def soak(kubernetes_emulator: KubernetesEmulator) -> Iterator[tuple[Injector, client.CoreV1Api]]:
+    observer = Observer(kubernetes_emulator, NoBatch()).start()
+    context = Context(None, kubernetes_emulator, NoBatch(), None, None, observer)
+    injector = Injector(7, 1, 1.0, context, lambda _: None)
+    core = client.CoreV1Api(config.new_client_from_config(str(kubernetes_emulator.kubeconfig_path)))
+    try:
+        yield injector, core
+    finally:
+        injector.stop.set()
+        observer.close()
+
+
+def shard_pod(core: client.CoreV1Api, name: str, script: str) -> None:
+    """A pod as the operator makes it (its marks), running ``script``."""
+    annotation = json.dumps(dict(zip(("dag_id", "task_id", "run_id", "map_index", "try_number"), KEY, strict=True)))
+    core.create_namespaced_pod("default", {
+        "metadata": {"name": name, "labels": {"airflow-gpu/accelerator": "h100"},
+                     "annotations": {TASK_ANNOTATION: annotation}},
+        "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 30,
+                 "containers": [{"name": "base", "image": "python:3.12-slim",
+                                 "command": [sys.executable, "-c", script]}]},
+    })  # fmt: skip
+
+
+def apply(injector: Injector, kind: str) -> tuple[Fault, threading.Thread]:
+    """Apply one fault of ``kind`` in its own thread, as the injector does."""
+    fault = Fault(1, 0.0, kind)
+    worker = threading.Thread(target=injector._apply, args=(fault, random.Random(1)), daemon=True)
+    worker.start()
+    return fault, worker
+
+
+def events(core: client.CoreV1Api, name: str) -> list[str]:
+    return [e.reason for e in core.list_namespaced_event("default", field_selector=f"involvedObject.name={name}").items]
+
+
+def test_the_seeded_schedule_draws_every_phase_of_reclaim_and_replays_it() -> None:
+    assert set(NEW_KINDS) <= set(KINDS) and not NOT_IMPLEMENTED
+
+    def kinds(seed: int, each: int = 0) -> list[str]:
+        injector = Injector(seed, 300, 60.0, None, lambda _: None, each=each)  # type: ignore[arg-type]
+        return [kind for _, kind, _ in injector.draws()]
+
+    drawn = kinds(26)
+    assert all(kind in drawn for kind in NEW_KINDS), {k: drawn.count(k) for k in NEW_KINDS}
+    assert kinds(26) == drawn and kinds(27) != drawn  # a seed replays its schedule; another does not
+    sliced = kinds(2611, each=2)
+    assert all(sliced.count(kind) == 2 for kind in KINDS)
+
+
+def test_a_reclaim_while_the_image_pulls_stops_a_pod_that_never_ran(soak: Any) -> None:
+    injector, core = soak
+    fault, worker = apply(injector, "k8s_reclaim_pulling")
+    shard_pod(core, "pulling", f"print('{RESULT_MARKER}1', flush=True)")
+    worker.join(30)
+    assert fault.outcome == "injected" and fault.target == "pulling" and fault.key == KEY, fault
+    pod = core.read_namespaced_pod("pulling", "default")
+    assert pod.status.phase == "Failed", pod.status
+    assert any(c.type == "DisruptionTarget" and c.reason == "TerminationByKubelet" for c in pod.status.conditions)
+    assert pod.status.container_statuses[0].state.waiting.reason == "ContainerCreating"
+    seen = events(core, "pulling")
+    assert "Pulling" in seen and "Pulled" not in seen and "Started" not in seen, seen
+    history = next(w for w in injector.context.observer.workloads() if w.name == "pulling")
+    assert "Running" not in [phase for _, phase in history.statuses] and fault.pod_outcome == "Failed"
+    assert invariants.interrupting(fault)
+
+
+def test_a_slow_pull_pulls_then_runs_and_says_so(kubernetes_emulator: KubernetesEmulator) -> None:
+    core = client.CoreV1Api(config.new_client_from_config(str(kubernetes_emulator.kubeconfig_path)))
+    kubernetes_emulator.slow_pulls(1.0, times=1)
+    shard_pod(core, "slow", "print('done')")
+    wait_for(lambda: kubernetes_emulator.pulling() == ["slow"], 10)
+    assert core.read_namespaced_pod("slow", "default").status.phase == "Pending"
+    wait_for(lambda: core.read_namespaced_pod("slow", "default").status.phase == "Succeeded", 20)
+    pulled = [e.message for e in core.list_namespaced_event("default").items if e.reason == "Pulled"]
+    assert len(pulled) == 1 and pulled[0].startswith('Successfully pulled image "python:3.12-slim" in 1.000s'), pulled
+    shard_pod(core, "cached", "print('done')")  # the armed pull was spent: the next pod's image is there
+    wait_for(lambda: core.read_namespaced_pod("cached", "default").status.phase == "Succeeded", 20)
+    assert kubernetes_emulator.pulling() == []
+
+
+def test_a_reclaim_after_the_result_line_stops_the_pod_before_it_exits(soak: Any) -> None:
+    injector, core = soak
+    shard_pod(core, "printed", f"import time; print('{RESULT_MARKER}1', flush=True); time.sleep(30)")
+    fault, worker = apply(injector, "k8s_reclaim_after_result")
+    worker.join(30)
+    assert fault.outcome == "injected" and fault.target == "printed", fault
+    log = core.read_namespaced_pod_log("printed", "default")
+    pod = core.read_namespaced_pod("printed", "default")
+    assert RESULT_MARKER in log and pod.status.phase == "Failed" and fault.pod_outcome == "Failed"
+    assert invariants.interrupting(fault)  # a preemption: the task must run it again
+
+
+def test_a_pod_that_exited_before_its_reclaim_stays_succeeded(soak: Any) -> None:
+    injector, core = soak
+    shard_pod(core, "quick", f"print('{RESULT_MARKER}1', flush=True)")
+    wait_for(lambda: core.read_namespaced_pod("quick", "default").status.phase == "Succeeded", 20)
+    pod = next(w for w in injector.context.observer.workloads() if w.name == "quick")
+    fault = Fault(1, 0.0, "k8s_reclaim_after_result")
+    injector._preempt(fault, pod)  # a node shutdown stops running pods; an ended one keeps its status
+    assert core.read_namespaced_pod("quick", "default").status.phase == "Succeeded"
+    assert fault.pod_outcome == "Succeeded" and not invariants.interrupting(fault)
+
+
+def test_a_reclaim_after_success_deletes_the_completed_pod_its_task_still_reads(soak: Any) -> None:
+    injector, core = soak
+    fault, worker = apply(injector, "k8s_reclaim_after_success")
+    shard_pod(core, "done", f"print('{RESULT_MARKER}1', flush=True)")
+    worker.join(30)
+    assert fault.outcome == "injected" and fault.target == "done" and fault.pod_outcome == "Succeeded", fault
+    with pytest.raises(ApiException) as gone:
+        core.read_namespaced_pod("done", "default")
+    assert gone.value.status == 404
+    gc = [f for f in injector.context.kubernetes.faults if f["fault"] == "pod_gc"]
+    assert gc and gc[0]["pod"] == "done" and gc[0]["phase"] == "Succeeded"
+    assert not invariants.interrupting(fault)
+
+
+def test_a_completed_pod_its_task_already_deleted_is_no_target(soak: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    injector, core = soak
+    monkeypatch.setattr(faults, "AIM_SECONDS", 1.0)
+    shard_pod(core, "read", "print('done')")
+    wait_for(lambda: core.read_namespaced_pod("read", "default").status.phase == "Succeeded", 20)
+    core.delete_namespaced_pod("read", "default")  # its task read it and deleted it
+    wait_for(lambda: not core.list_namespaced_pod("default").items, 20)
+    fault, worker = apply(injector, "k8s_reclaim_after_success")
+    worker.join(30)
+    assert fault.outcome == "skipped", fault
