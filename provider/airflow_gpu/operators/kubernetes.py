@@ -11,7 +11,9 @@ burning retries. The workload gets the run's environment, a spot notice file (``
 SIGTERM with the policy's grace period. The run's state rides through each deferral and on every
 pod (annotation ``airflow-gpu/state``). A retry reattaches only to a pod with this task try's
 identity (dag, task, run, map index, an earlier or equal try, the recorded uid): a name is a slot,
-not an identity (apache/airflow#71743). Everything else is KPO's: pod launching, log streaming,
+not an identity (apache/airflow#71743). A new try takes over an earlier try's succeeded pod that no
+try read (a deferred task's resume lost) instead of running it again (``kubernetes_takeover``).
+Everything else is KPO's: pod launching, log streaming,
 cleanup, ``on_kill``. A deferred task's trips through the triggerer (the deferral to
 ``GPUPodTrigger``, the pods it created, a deferral that timed out) are ``kubernetes_resume.PodDeferral``'s.
 """
@@ -49,6 +51,7 @@ from airflow_gpu.operators.gpu_profile import check_interval, profiled_by_defaul
 from airflow_gpu.operators.kubernetes_pod import STATE_ANNOTATION, dress, placement
 from airflow_gpu.operators.kubernetes_reads import ClusterReads, RetryingPodManager, lost_create
 from airflow_gpu.operators.kubernetes_resume import PodDeferral
+from airflow_gpu.operators.kubernetes_takeover import succeeded_unread, take_over
 from airflow_gpu.operators.retry_handover import live
 from airflow_gpu.operators.spot_task import bad_result, fail, publish
 from airflow_gpu.spot import admission
@@ -300,6 +303,13 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
 
     def _publish_profile(self, context: Context, pod_name: str | None, node: str | None) -> None:
         kubernetes_profiler.publish(self, context, pod_name, node)
+
+    def execute(self, context: Context) -> Any:
+        """KPO's; a new try first takes over an earlier try's succeeded pod that no try read (a lost resume, a
+        worker dead after the pod's success) instead of running the workload again (``kubernetes_takeover``)."""
+        if (unread := succeeded_unread(self, context)) is not None:
+            return take_over(self, context, unread)
+        return super().execute(context)
 
     def execute_sync(self, context: Context) -> Any:
         while True:

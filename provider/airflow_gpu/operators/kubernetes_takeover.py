@@ -1,0 +1,92 @@
+"""A new try takes over an earlier try's succeeded pod whose end no try read, instead of running it again.
+
+A deferrable task's trigger fires (the pod succeeded) and its resume is lost: the Celery message
+gone with a Redis restart, then the worker killed. The scheduler fails that try and the retry
+starts ``execute`` from the beginning, without the trigger's event. KPO's reattach
+(``get_or_create_pod``) then finds the ended pod, deletes it and creates another: hours of GPU
+training run twice. A sync try whose worker died between its pod's success and its read leaves
+the same pod behind.
+
+A try that did read its pod's end left a mark on it: KPO's ``cleanup`` deletes a succeeded pod,
+or labels it ``already_checked`` when it keeps it (``on_finish_action="keep_pod"`` or
+``"delete_active_pod"``), and labels every pod that did not succeed. So a pod of this task
+instance made by an earlier try that is Succeeded, not labelled and not being deleted holds a
+result nobody consumed. The new try reads it as the lost resume would have
+(``trigger_reentry``: the pod's log, its result line and GPU profile, the run's state from its
+``airflow-gpu/state`` annotation, the end-of-pod cleanup as ``on_finish_action`` says) and
+succeeds without creating a pod. Clearing a task whose try succeeded therefore runs it again: that
+try deleted or labelled its pod.
+
+Nothing is taken over
+* with ``reattach_on_restart`` (``durable``) off: the user asked each try for a pod of its own,
+  KPO's rule for running pods too;
+* with ``do_xcom_push``: the result is in KPO's sidecar, which keeps the pod Running until a try
+  reads it (the retry reattaches to a running pod, KPO's way); a Succeeded one had its sidecar
+  read and stopped by a try that then died, and its result went with that try;
+* from a pod that failed, or any other pod than an earlier try's of this task instance: the
+  identity is the one a reattach checks (``utils.pod_identity``: dag, task, run and map index
+  labels, the uid the task state store recorded for that name), with a try number below this one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.cncf.kubernetes.operators.pod import POD_IDENTIFIER_STATE_KEY
+
+from airflow_gpu.operators.retry_handover import CHECKED_LABEL, submissions
+from airflow_gpu.utils.api_retry import call
+from airflow_gpu.utils.pod_identity import identity_mismatch
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+    from kubernetes.client import models as k8s
+
+    from airflow_gpu.operators.kubernetes import GPUKubernetesOperator
+
+
+def succeeded_unread(op: GPUKubernetesOperator, context: Context) -> k8s.V1Pod | None:
+    """The earlier try's pod of this task instance that succeeded and that no try read; None when there is none
+    (or nothing may be taken over: see the module's docstring)."""
+    if not op.reattach_on_restart or op.do_xcom_push:
+        return None
+    namespace = op.namespace or op.hook.get_namespace() or "default"
+    selector = op._build_find_pod_label_selector(context)  # KPO's search: this task instance, not checked
+    pods: list[k8s.V1Pod] = call(lambda: op.client.list_namespaced_pod(namespace, label_selector=selector).items,
+                                 f"listing the pods of task {op.task_id}", log=op.log)  # fmt: skip
+    try_number = int(context["ti"].try_number)
+    store = context.get("task_state_store")
+    stored = store.get(POD_IDENTIFIER_STATE_KEY) if store is not None else None
+    expected = op._get_ti_pod_labels(context, include_try_number=False)
+    found = []
+    for pod in pods:
+        labels = pod.metadata.labels or {}
+        recorded = stored.get("uid") if isinstance(stored, dict) and stored.get("name") == pod.metadata.name else None
+        mismatch = identity_mismatch(labels, pod.metadata.uid, expected=expected, try_number=try_number,
+                                     recorded_uid=str(recorded) if recorded else None)  # fmt: skip
+        if mismatch is None and unread_success(pod) and _earlier(labels.get("try_number"), try_number):
+            found.append(pod)
+    return max(found, key=lambda pod: (int(pod.metadata.labels["try_number"]), submissions(pod.metadata.annotations)),
+               default=None)  # fmt: skip
+
+
+def unread_success(pod: k8s.V1Pod) -> bool:
+    """Succeeded, and neither labelled checked nor being deleted: no try has read its end."""
+    labels = pod.metadata.labels or {}
+    phase = pod.status.phase if pod.status is not None else None
+    return phase == "Succeeded" and pod.metadata.deletion_timestamp is None and labels.get(CHECKED_LABEL) != "True"
+
+
+def _earlier(pod_try: str | None, try_number: int) -> bool:
+    return pod_try is not None and pod_try.isdigit() and int(pod_try) < try_number
+
+
+def take_over(op: GPUKubernetesOperator, context: Context, pod: k8s.V1Pod) -> Any:
+    """End this try with the pod's outcome, as the earlier try's lost resume would have: no pod is created."""
+    name, namespace = pod.metadata.name, pod.metadata.namespace
+    op.log.info("Took over try %s's succeeded pod %s/%s instead of running the workload again: no try read its "
+                "result", pod.metadata.labels["try_number"], namespace, name)  # fmt: skip
+    ti = context["ti"]
+    ti.xcom_push(key="pod_name", value=name)  # as KPO's execute pushes them for the pod it follows
+    ti.xcom_push(key="pod_namespace", value=namespace)
+    return op.trigger_reentry(context, {"status": "success", "name": name, "namespace": namespace})
