@@ -16,6 +16,10 @@ emulator of a process starts and removed when the last one stops (``apply`` / ``
 * ListJobs is eventually consistent on AWS: a job just submitted may be missing from it for a while.
   moto lists it at once; with the emulator's ``list_lag`` (kept on the backend as
   ``emulator_list_lag``) a job is left out of ListJobs until that many seconds after its creation.
+* The EC2 backend loads moto's catalogue of public AMIs (a few thousand, parsed from JSON) whenever
+  a region's backend is made or reset, as every emulator's start does: two fifths of a start's CPU.
+  The emulator's account runs no EC2 instance (its compute environments keep ``minvCpus`` 0 and
+  the driver runs jobs as processes), so here the catalogue is not loaded.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from moto.batch.exceptions import ClientException
 from moto.batch.models import BatchBackend, JobDefinition, JobQueue
 from moto.batch.responses import BatchResponse
 from moto.batch_simple.models import BatchSimpleBackend
+from moto.ec2.models.amis import AmiBackend
 
 import airflow_gpu.testing.batch.multinode as multinode
 from airflow_gpu.testing.batch.queues import validate_time_limit_actions
@@ -245,6 +250,10 @@ def describe_job_queue(self: Any) -> dict[str, Any]:
     return result
 
 
+def load_no_amis(self: AmiBackend) -> None:
+    """``AmiBackend._load_amis`` loading nothing: see the module's docstring."""
+
+
 REPLACEMENTS: tuple[tuple[type, str, Any], ...] = (
     (BatchSimpleBackend, "submit_job", submit_job),
     (BatchResponse, "submitjob", submitjob),
@@ -255,6 +264,7 @@ REPLACEMENTS: tuple[tuple[type, str, Any], ...] = (
     (BatchResponse, "createjobqueue", createjobqueue),
     (BatchResponse, "updatejobqueue", updatejobqueue),
     (JobQueue, "describe", describe_job_queue),
+    (AmiBackend, "_load_amis", load_no_amis),
 )
 
 

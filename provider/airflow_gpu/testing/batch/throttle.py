@@ -25,6 +25,7 @@ probability (a seeded generator: a run is repeatable) until ``times`` faults wer
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import random
 import socket
@@ -60,7 +61,10 @@ def batch_paths() -> dict[str, str]:
     return {name: path for name, path in _operations("batch").items()}
 
 
+@functools.cache
 def _operations(service: str) -> dict[str, str]:
+    """Operation name -> request path of a botocore service model: read once per process, as each
+    emulator's start asks (a botocore session and a parsed model, a fifth of a start's CPU)."""
     import botocore.session
 
     model = botocore.session.get_session().get_service_model(service)
