@@ -17,9 +17,10 @@ in the emulator's scratch directory and is only on the ``PATH`` of the container
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import json
 import os
+import py_compile
 import sys
 import tempfile
 from dataclasses import asdict, dataclass
@@ -97,16 +98,38 @@ def _uuid(host: str, index: int) -> str:
 def install(gpus: list[EmulatedGpu], directory: Path | None = None) -> dict[str, str]:
     """Write the ``nvidia-smi`` for these devices; the environment a container gets with them.
 
-    Returns ``NVIDIA_VISIBLE_DEVICES`` and ``AIRFLOW_GPU_EMULATED_SMI_DIR`` (the directory to put
-    first on the container's ``PATH``).
+    ``nvidia-smi`` is a script of three lines run by this interpreter without ``site`` (``-S -E``:
+    the venv's path files cost more than the answer); it calls ``nvidia_smi_shim.run`` with the
+    devices, from a copy of that module beside it, already compiled (a script is compiled at every
+    call, a module once). Returns ``NVIDIA_VISIBLE_DEVICES`` and ``AIRFLOW_GPU_EMULATED_SMI_DIR``
+    (the directory to put first on the container's ``PATH``).
     """
     where = directory or Path(tempfile.mkdtemp(prefix="emulated-gpus-"))
-    where.mkdir(parents=True, exist_ok=True)
-    (where / "devices.json").write_text(json.dumps([asdict(g) for g in gpus]))
+    (where / "__pycache__").mkdir(parents=True, exist_ok=True)
+    source, compiled = _shim()
+    (where / f"{_SHIM}.py").write_text(source)
+    (where / "__pycache__" / f"{_SHIM}.{sys.implementation.cache_tag}.pyc").write_bytes(compiled)
     smi = where / "nvidia-smi"
-    smi.write_text(f"#!{sys.executable}\n" + (Path(__file__).parent / "nvidia_smi_shim.py").read_text())
+    devices = [asdict(g) for g in gpus]
+    smi.write_text(f"#!{sys.executable} -SE\nimport {_SHIM}\n\n{_SHIM}.run({devices!r})\n")
     smi.chmod(0o755)
     return {"NVIDIA_VISIBLE_DEVICES": ",".join(g.uuid for g in gpus), SMI_DIR_ENV: str(where)}
+
+
+_SHIM = "nvidia_smi_shim"
+
+
+@functools.cache
+def _shim() -> tuple[str, bytes]:
+    """The shim's source and its bytecode, compiled once per process. The bytecode is an unchecked
+    hash-based pyc: valid wherever it is copied, whatever the copy's modification time."""
+    source = Path(__file__).with_name(f"{_SHIM}.py")
+    with tempfile.TemporaryDirectory() as scratch:
+        pyc = Path(scratch) / "shim.pyc"
+        py_compile.compile(
+            str(source), cfile=str(pyc), doraise=True, invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH
+        )
+        return source.read_text(), pyc.read_bytes()
 
 
 SMI_DIR_ENV = "AIRFLOW_GPU_EMULATED_SMI_DIR"

@@ -1,24 +1,30 @@
 """The emulated ``nvidia-smi`` (see ``airflow_gpu.testing.gpus``); standard library only.
 
-``airflow_gpu.testing.gpus.install`` writes this file, with a shebang line, as ``nvidia-smi`` beside
-a ``devices.json``. It answers in nvidia-smi's formats: ``--query-gpu=<fields>
---format=csv[,noheader][,nounits] [-lms=N | -l N] [-i | --id=IDS]``, ``topo -m``, ``-L``,
-``--version`` and the plain status header. ``--id`` takes a comma-separated list of indices, UUIDs
-or PCI bus ids, as nvidia-smi does; one that names no device is nvidia-smi's "No devices were
-found" (exit code 6). Readings follow the processes of the caller's session (the container).
+``airflow_gpu.testing.gpus.install`` copies this module, compiled, beside an ``nvidia-smi`` script
+that runs ``run`` with the devices it serves. It answers in nvidia-smi's formats:
+``--query-gpu=<fields> --format=csv[,noheader][,nounits] [-lms=N | -l N] [-i | --id=IDS]``, ``topo
+-m``, ``-L``, ``--version`` and the plain status header. ``--id`` takes a comma-separated list of
+indices, UUIDs or PCI bus ids, as nvidia-smi does; one that names no device is nvidia-smi's "No
+devices were found" (exit code 6). Readings follow the processes of the caller's session (the
+container).
+
+A profiler starts it several times per task and a sampling loop reads ``/proc`` at every line, on
+machines running hundreds of processes: it imports only modules Python's start-up has already
+loaded (no ``json``, ``pathlib``, ``typing`` or ``datetime``: each cost more than the start itself),
+and reads ``/proc`` with ``os`` calls.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-from datetime import datetime
-from pathlib import Path
-from typing import Any
 
-Device = dict[str, Any]
+TYPE_CHECKING = False  # typing's import costs more than the rest of a call
+if TYPE_CHECKING:
+    from typing import Any
+
+    Device = dict[str, Any]
 
 DRIVER, CUDA = "570.133.20", "12.8"
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -29,29 +35,30 @@ UNITS = {
 }  # fmt: skip
 
 
-def load_devices() -> list[Device]:
-    devices: list[Device] = json.loads((Path(sys.argv[0]).resolve().parent / "devices.json").read_text())
-    return devices
-
-
 def session_usage() -> tuple[float, float]:
     """(CPU seconds, resident MiB) of the other processes in the caller's session: the container's (a
     profiler may start nvidia-smi in a session of its own)."""
-    me, session = os.getpid(), os.getsid(os.getppid())
-    cpu = rss = 0.0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == me:
+    me, session = str(os.getpid()), os.getsid(os.getppid())
+    ticks = pages = 0
+    for name in os.listdir("/proc"):  # noqa: PTH208 - pathlib's import costs more than a call's work
+        if not name.isdigit() or name == me:
             continue
         try:
-            stat = (entry / "stat").read_text()
+            fd = os.open(f"/proc/{name}/stat", os.O_RDONLY)
         except OSError:
             continue
-        fields = stat[stat.rfind(")") + 2 :].split()
+        try:
+            stat = os.read(fd, 4096)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        fields = stat[stat.rfind(b")") + 2 :].split()
         if int(fields[3]) != session:
             continue
-        cpu += (int(fields[11]) + int(fields[12])) / TICKS
-        rss += int(fields[21]) * PAGE / 2**20
-    return cpu, rss
+        ticks += int(fields[11]) + int(fields[12])
+        pages += int(fields[21])
+    return ticks / TICKS, pages * PAGE / 2**20
 
 
 #: The shortest window a reading covers. CPU time comes in clock ticks (10 ms): over the millisecond
@@ -85,10 +92,16 @@ class Readings:
         return rows
 
 
+def timestamp() -> str:
+    """The local time as nvidia-smi's ``timestamp`` prints it: ``2026/11/23 14:50:01.123``."""
+    now = time.time()
+    return time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(now)) + f".{int(now * 1000) % 1000:03d}"
+
+
 def value(field: str, device: Device, util: float, used: float, power: float) -> Any:
     mig = device.get("mig")
     values = {
-        "timestamp": datetime.now().strftime("%Y/%m/%d %H:%M:%S.%f")[:-3],
+        "timestamp": timestamp(),
         "index": device["index"],
         "uuid": device["uuid"],
         "name": device["name"],
@@ -184,8 +197,7 @@ def header(devices: list[Device]) -> int:
     return 0
 
 
-def main(args: list[str]) -> int:
-    devices = load_devices()
+def main(args: list[str], devices: list[Device]) -> int:
     if not devices:
         print("No devices were found")
         return 6
@@ -208,8 +220,9 @@ def main(args: list[str]) -> int:
     return header(devices)
 
 
-if __name__ == "__main__":
+def run(devices: list[Device]) -> None:
+    """The ``nvidia-smi`` script's body: answer ``sys.argv`` for ``devices`` and exit."""
     try:
-        sys.exit(main(sys.argv[1:]))
+        sys.exit(main(sys.argv[1:], devices))
     except (KeyboardInterrupt, BrokenPipeError):
         sys.exit(0)
