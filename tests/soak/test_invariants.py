@@ -165,3 +165,13 @@ def test_a_training_result_is_judged_by_its_shape() -> None:
     assert training_result_problem(None, epochs=4) == "no result"
     verdict = invariants.training_results({KEY[:4]: None}, training_result_problem)
     assert len(verdict.violations) == 1
+
+
+def test_a_try_that_took_over_an_earlier_try_s_job_may_record_the_reclaims_on_it() -> None:
+    second = (*KEY[:4], 2)
+    on_first = [Fault(1, 1.0, "k8s_reclaim_running", key=KEY, group="job-r1")]  # the pods carry try 1's number
+    assert invariants.interruptions({second: 1}, on_first, {}).ok  # try 2 adopted job-r1, then it was reclaimed
+    assert invariants.interruptions({second: 0}, on_first, {}).ok  # or it was reclaimed before the takeover
+    assert not invariants.interruptions({second: 2}, on_first, {}).ok  # one more than any try's reclaims
+    later = [Fault(1, 1.0, "k8s_reclaim_running", key=(*KEY[:4], 3))]  # a later try's reclaim is not try 2's
+    assert not invariants.interruptions({second: 1}, later, {}).ok

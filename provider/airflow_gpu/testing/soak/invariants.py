@@ -166,17 +166,24 @@ def interruptions(
     """The interruptions a successful try recorded (XCom ``gpu_interruptions``) equal the reclaims
     the injector made on that try's pods and jobs (a drain's eviction may count as one too). Reclaims
     of two machines of one training Job end that Job once: one interruption. A reclaim after the
-    result line whose pod had exited 0 first, and a reclaim after success, are none."""
+    result line whose pod had exited 0 first, and a reclaim after success, are none. A try that took
+    over an earlier try's pod or Job (``reattach_on_restart``: its worker was killed) records the
+    reclaims that hit it after the takeover, though the pods carry the earlier try's number: the
+    reclaims on an earlier try's workloads may count too."""
     hits: dict[TryKey, set[Any]] = defaultdict(set)
     for f in faults:
         if interrupting(f) and f.key:
             hits[f.key].add(f.group or f.number)
-    injected = {key: len(found) for key, found in hits.items()}
     verdict = Verdict("recorded interruptions equal the injected reclaims", len(recorded))
     for key, count in sorted(recorded.items()):
-        low, high = injected.get(key, 0), injected.get(key, 0) + drains.get(key, 0)
+        low = len(hits.get(key, ()))
+        adopted = sum(len(found) for other, found in hits.items() if other[:4] == key[:4] and other[4] < key[4])
+        high = low + drains.get(key, 0) + adopted
         if not low <= count <= high:
-            verdict.violations.append(f"{key}: {count} recorded, {low} reclaim(s) (+{high - low} drain evictions)")
+            verdict.violations.append(
+                f"{key}: {count} recorded, {low} reclaim(s) (+{drains.get(key, 0)} drain evictions, "
+                f"+{adopted} on earlier tries' workloads)"
+            )
     return verdict
 
 

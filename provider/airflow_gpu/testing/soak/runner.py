@@ -94,9 +94,11 @@ def reap(soak: SoakStack, delete: bool = False) -> tuple[int, str]:
 
 def force_orphan(observer: Observer, soak: SoakStack) -> str | None:
     """A pod with the marks of a finished task try (its labels and annotations as the operator wrote
-    them), left running on purpose: the reaper must find it."""
+    them), left running on purpose: the reaper must find it. A single pod's marks: a training Job's
+    machine is its Job's to reap (the reaper reaps the Job, not its pods)."""
     finished = sorted(
-        (p for p in observer.pods.values() if p.outcome == "Succeeded" and p.marks), key=lambda p: p.created
+        (p for p in observer.pods.values() if p.outcome == "Succeeded" and p.marks and not p.group),
+        key=lambda p: p.created,
     )
     if not finished:
         return None
