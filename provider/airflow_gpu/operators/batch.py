@@ -8,8 +8,9 @@ spot exhausted -> on-demand; RUNNABLE past ``capacity_timeout``, whatever reason
 -> cancel and, if it really did not start, the next candidate (apache/airflow#38298); a bug ->
 fail without Airflow retries. The run's state is saved before waiting and the try's identity
 rides in the job's tags, so a retry after a worker crash takes over that job, running or ended,
-instead of submitting another (apache/airflow#72413). Results and logs come from the job's own
-``awslogs-group``, waiting out CloudWatch's ingestion lag. ``deferrable=True`` waits in
+instead of submitting another (apache/airflow#72413), and then the job that try's trigger submitted
+in place of a reclaimed one (a resume lost), which the saved state cannot name. Results and logs
+come from the job's own ``awslogs-group``, waiting out CloudWatch's ingestion lag. ``deferrable=True`` waits in
 ``GPUBatchJobTrigger`` (one DescribeJobs per 100 jobs for the whole triggerer), which carries the
 spot run on: the deferral and the resume are ``batch_deferral.BatchDeferral``'s. What is submitted
 (the job definition, SubmitJob's arguments for a placement, the queue check) is
@@ -34,6 +35,7 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 
 from airflow_gpu.accelerators.batch import BatchPlacement, to_batch
+from airflow_gpu.accelerators.batch_job import TRY_TAG
 from airflow_gpu.accelerators.batch_queues import QueueOffer, check_queues
 from airflow_gpu.accelerators.quantities import CpuAmount, MemoryAmount
 from airflow_gpu.accelerators.shared_memory import SharedMemory
@@ -162,6 +164,7 @@ class GPUBatchOperator(BatchSubmission, BatchDeferral, BatchOperator):
         self._logs: AttemptLogs | None = None
         self._context: Context | None = None
         self._killing = False
+        self._earlier_try: str | None = None  # the try whose run this one took over (``_earlier_job``)
 
     @property
     def gpu_hook(self) -> GPUBatchHook:
@@ -178,7 +181,17 @@ class GPUBatchOperator(BatchSubmission, BatchDeferral, BatchOperator):
         if job is not None:
             self.job_id = job["jobId"]
             context["ti"].xcom_push(key=JOB_ID_XCOM_KEY, value=self.job_id)  # this try's XCom starts empty
+            made_by = str((job.get("tags") or {}).get(TRY_TAG) or "")
+            self._earlier_try = made_by if made_by != str(context["ti"].try_number) else None
         return job
+
+    def _ended_already(self) -> bool:
+        """Whether the job followed now is one an earlier try's run left ended (the reclaimed job its lost
+        resume's trigger replaced, that replacement's success): judged here, as its trigger did, not deferred
+        on, so that the next job is looked for among that try's (``_submitted_already``), never submitted twice."""
+        if self._earlier_try is None:
+            return False
+        return self.gpu_hook.describe_job(str(self.job_id), self.poll_interval)["status"] in FINAL
 
     # --- the loop -------------------------------------------------------------------------
 
@@ -189,7 +202,7 @@ class GPUBatchOperator(BatchSubmission, BatchDeferral, BatchOperator):
                 self._check_queue_offers()
                 self.submit_job(context)
             while True:
-                if self.deferrable:
+                if self.deferrable and not self._ended_already():
                     self._defer(context)
                 result = self._conclude(context, self._wait(context))
                 if result is not RESUBMIT:

@@ -89,6 +89,10 @@ class BatchSubmission:
         if adopted := op._submitted_already(args):  # SubmitJob has no idempotency token
             op.log.info("Following job %s (%s), submitted for this try already", adopted, args["jobName"])
             op.job_id = adopted
+        elif adopted := op._submitted_by_earlier_try(args):
+            op.log.info("Took over job %s (%s), which try %s's trigger submitted, instead of submitting it again",
+                        adopted, args["jobName"], op._earlier_try)  # fmt: skip
+            op.job_id = adopted
         else:
             op.log.info("Submitting %s on %s to queue %s", args["jobName"], op.accelerator, args["jobQueue"])
             identity = _identity(args)
@@ -152,6 +156,17 @@ class BatchSubmission:
         if op.spot_run.submissions == 0:
             return None
         kept = oldest_of_try(op.gpu_hook.jobs_named(args["jobQueue"], args["jobName"]), _identity(args))
+        return str(kept["jobId"]) if kept else None
+
+    def _submitted_by_earlier_try(self, args: Mapping[str, Any]) -> str | None:
+        """In a run taken over from an earlier try (``_earlier_job``), that try's job of the name: its
+        trigger went on after a reclaim without the task state store, which still names the job the run
+        was deferred on, and the try's resume was lost. Found by name and that try's tags, as above."""
+        op = _operator(self)
+        if op.spot_run.submissions == 0 or op._earlier_try is None:
+            return None
+        identity = {**_identity(args), batch_job.TRY_TAG: op._earlier_try}
+        kept = oldest_of_try(op.gpu_hook.jobs_named(args["jobQueue"], args["jobName"]), identity)
         return str(kept["jobId"]) if kept else None
 
     def submission_arguments(self, context: Context, placement: Placement) -> dict[str, Any]:
