@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,22 +42,44 @@ def test_a_submit_whose_answer_was_lost_is_followed_not_submitted_again(aws_defa
 
 
 def test_a_first_submission_listed_past_the_lookup_is_kept_and_the_second_terminated(
-    aws_default_connection: BatchEmulator,
+    aws_default_connection: BatchEmulator, tmp_path: Path
 ) -> None:
     """SubmitJob's answer is lost and ListJobs lists the job later than the look-up looks (its pauses are
     cut short here): the job is sent again, and two GPU jobs of one try run. The operator, following the
     second, finds both once listed: it keeps the first created, follows it, and terminates the other
-    with a log line. Its result is the first job's."""
+    with a log line. Its result is the first job's.
+
+    The jobs run until the second has been stopped (a release file, at most 60 s): both are still
+    running when the operator finds them, however loaded the machine, and none waits longer."""
     from airflow_gpu.hooks.batch_submit import DUPLICATE_REASON
 
     emulator = aws_default_connection
     emulator.list_lag(3)
     lost = emulator.fail("SubmitJob", "lost")
-    slow = [sys.executable, "-c", "import time; time.sleep(12); " + RESULT]
+    release = tmp_path / "release"
+    held = (
+        "import os, time\nend = time.monotonic() + 60\n"
+        f"while not os.path.exists({str(release)!r}) and time.monotonic() < end:\n    time.sleep(0.05)\n"
+    )
+    slow = [sys.executable, "-c", held + RESULT]
+
+    def release_once_the_second_is_stopped() -> None:
+        end = time.monotonic() + 60
+        while not release.exists() and time.monotonic() < end:
+            jobs = described(emulator)
+            if len(jobs) == 2 and jobs[1]["status"] in ("FAILED", "SUCCEEDED"):
+                break
+            time.sleep(0.2)
+        release.touch()
+
+    releaser = threading.Thread(target=release_once_the_second_is_stopped, daemon=True)
+    releaser.start()
     try:
         assert operator(command=slow).execute({"ti": Ti(), "task_state_store": Store()}) == {"loss": 0.25}
     finally:
         emulator.list_lag(0)
+        release.touch()
+        releaser.join(5)
     assert lost.hits == 1
     first, second = wait_for(lambda: (js := described(emulator))[1]["status"] == "FAILED" and js, 30, "the stop")
     assert first["jobName"] == second["jobName"] == "train"
