@@ -21,9 +21,9 @@ RESULT = "print('::airflow-gpu-result::' + '{\"loss\": 0.5}')"
 
 
 def operator(emulator: KubernetesEmulator, **kwargs: Any) -> GPUKubernetesOperator:
-    options = {"deferrable": True, "capacity": "on-demand", **kwargs}
+    options = {"deferrable": True, "capacity": "on-demand", "gpu_profile": False, **kwargs}
     return GPUKubernetesOperator(
-        task_id="train", name="train", accelerator="L4", cmds=["python3", "-c", RESULT], gpu_profile=False,
+        task_id="train", name="train", accelerator="L4", cmds=["python3", "-c", RESULT],
         namespace="default", kubernetes_conn_id=None, config_file=str(emulator.kubeconfig_path), **options,
     )  # fmt: skip
 
@@ -43,15 +43,17 @@ def pods_ever(emulator: KubernetesEmulator) -> int:
 
 
 def ended_pod(emulator: KubernetesEmulator, made_by: Any, *, script: str = RESULT, phase: str = "Succeeded",
-              interruptions: int = 0) -> str:  # fmt: skip
+              interruptions: int = 0, profiled: bool = False) -> str:  # fmt: skip
     """A pod of the task try ``made_by`` as that try made it (labels, state annotation, identity in the store),
-    ended in ``phase``; ``interruptions`` preemptions recorded in its state before it."""
-    first = operator(emulator)
+    ended in ``phase``; ``interruptions`` preemptions recorded in its state before it; ``profiled``: its
+    command under the GPU profiler, as the operator wraps it."""
+    first = operator(emulator, gpu_profile=profiled)
     for n in range(interruptions):
         first.spot_run.submitted(f"train-{n}")
         first.spot_run.finish(Classification(Outcome.PREEMPTED, "TerminationByKubelet", "", transient=True))
     pod = first.build_pod_request_obj(made_by)
-    pod.spec.containers[0].command = ["python3", "-c", script]
+    if not profiled:
+        pod.spec.containers[0].command = ["python3", "-c", script]
     pod.metadata.annotations[STATE_ANNOTATION] = json.dumps(first.spot_run.to_json())
     created = api(emulator).create_namespaced_pod("default", pod)
     first._persist_pod_identity_to_task_state_store(made_by, created)
@@ -82,6 +84,17 @@ def test_a_retry_takes_over_an_earlier_tries_succeeded_unread_pod_instead_of_run
     said = f"Took over try 1's succeeded pod default/{name} instead of running the workload again"
     assert said in capfd.readouterr().out  # the task log
     wait_for(lambda: not api(kubernetes_emulator).list_namespaced_pod("default").items, 30)
+
+
+def test_a_taken_over_pods_gpu_profile_is_published(kubernetes_emulator: KubernetesEmulator) -> None:
+    """The profiled pod's log holds its GPU profile: the try that takes it over publishes XCom ``gpu_profile``
+    for that pod, from the profiler's own report, as the lost resume would have."""
+    store = Store()
+    name = ended_pod(kubernetes_emulator, context(store, 1), profiled=True)
+    second = context(store, 2)
+    assert operator(kubernetes_emulator, gpu_profile=True).execute(second) == {"loss": 0.5}
+    profile = second["ti"].xcom["gpu_profile"]
+    assert profile["workload"] == name and profile["exit_code"] == 0 and pods_ever(kubernetes_emulator) == 1
 
 
 def test_a_kept_pod_that_is_taken_over_is_marked_checked_so_a_clear_runs_again(
