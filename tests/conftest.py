@@ -11,7 +11,7 @@ from typing import Any
 import hypothesis  # imported before Airflow: see the note below
 import pytest
 
-from tests import programs
+from tests import programs, shared_botocore_loader
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -26,6 +26,7 @@ hypothesis.settings.register_profile("quick", max_examples=20, derandomize=True)
 
 def pytest_configure(config: pytest.Config) -> None:
     programs.install()
+    shared_botocore_loader.install()
     # Importing airflow with AIRFLOW_HOME unset creates ~/airflow; SQLite needs an absolute path.
     home = Path(tempfile.mkdtemp(prefix="airflow-gpu-tests-"))
     os.environ["AIRFLOW_HOME"] = str(home)
