@@ -12,6 +12,23 @@ job. Stopping the workload then would fail the task that the other triggerer is 
 GPU trigger asks for the task's state first and stops its workload only when the task is no longer
 deferred.
 
+A state that is not DEFERRED is not always a person's kill either. When one of two copies of a
+trigger fires (apache/airflow#37180: both run for a while), ``Trigger.submit_event``
+(``airflow/models/trigger.py``) moves the task to SCHEDULED, then it is QUEUED and RUNNING on a
+worker that reads the result, and ``Trigger.clean_unused`` deletes the trigger row: the other
+triggerer's supervisor no longer has it assigned, and its copy is cancelled with
+``_USER_ACTION_CANCEL_MSG`` and killed, reading one of those states. So the kill itself spares what
+has ended: a pod whose base container has terminated (``triggers.kubernetes.workload_ended``), a
+training Job its controller has judged complete or failed (``spot.training_job.judged``). Those bill
+nothing, and their logs, result and profile are the resumed task's to read and delete; each is read
+before its delete, through the retrying API path, within the kill's budget (``kill_tasks``). An AWS
+Batch job needs nothing of the kind: TerminateJob acts only on a job not yet SUCCEEDED or FAILED. A
+workload still running is stopped (Mark Failed, Clear): the state endpoint cannot tell a Clear from a
+copy that fired a ``timeout`` or ``error`` event while the workload ran, so there the twin's kill
+stops a workload the resumed task would have deleted (``timeout``) or gone on following (``error``:
+KPO defers again, the training and Batch operators watch the job from the worker), and that task then
+finds it deleted or terminated and fails or retries.
+
 When the state cannot be read, even on a second try, ``on_kill`` (Airflow 3.3+, called only on a
 cancel the runner marks as a user action) stops the workload: a person's Mark Failed must not leave
 a GPU running, billed; a hand-over that meets a supervisor unable to answer twice is the rarer case.

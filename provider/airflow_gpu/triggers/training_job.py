@@ -21,7 +21,7 @@ A trigger that runs again (a triggerer restart) or twice (apache/airflow#37180) 
 first arguments: it finds the latest Job or Service of this task try and takes the run's state
 from its annotation, so that it goes on where it was, records each interruption once and creates
 no second Job. Mark Failed (``on_kill``, Airflow 3.3+; ``cleanup`` before) deletes the Job and
-Service. An error (say RBAC without ``list jobs``) is an ``error`` event: the worker then watches
+Service, unless the Job has ended: a task resuming from a twin's event reads it (``kill_guard``). An error (say RBAC without ``list jobs``) is an ``error`` event: the worker then watches
 the Job itself.
 
 Ranks the API refuses to create (a ResourceQuota, a LimitRange...) show only as the Job's
@@ -356,8 +356,11 @@ class GPUTrainingJobTrigger(BaseTrigger):
             return
         names = {self.current}
         kill.aim(*self._refs(self.current))
+        jobs: dict[str, dict[str, Any]] = {}
         try:
-            names |= {o["metadata"]["name"] for o in await self._objects()}
+            found = await self._objects()
+            names |= {o["metadata"]["name"] for o in found}
+            jobs = {o["metadata"]["name"]: o for o in found if o["kind"] == "Job"}
         except Exception as error:  # the current Job goes in any case
             self.log.warning("Could not list this try's training Jobs (%s)", error)
         # All at once, the current Job first: each delete may be throttled and retried (429 with Retry-After),
@@ -366,10 +369,34 @@ class GPUTrainingJobTrigger(BaseTrigger):
         ordered = [self.current, *sorted(names - {self.current})]
         for name in ordered:
             kill.aim(*self._refs(name))
-            self.log.info("Deleting training Job %s/%s and its Service", self.namespace, name)
-        await asyncio.gather(
-            *(self._delete_object(kind, name, kill) for name in ordered for kind in ("jobs", "services"))
-        )
+        await asyncio.gather(*(self._delete_run(name, jobs.get(name), kill) for name in ordered))
+
+    async def _delete_run(self, name: str, job: dict[str, Any] | None, kill: kill_tasks.Kill) -> None:
+        """Delete the Job and its Service, unless the Job controller has judged the Job (complete or failed).
+
+        A judged Job bills nothing (a failed Job's pods are being stopped by its controller), and the task
+        may be resuming to read it: a twin of this trigger on another triggerer fired on its end
+        (apache/airflow#37180), the task left DEFERRED, and this trigger is cancelled as if a person had
+        killed the task (``kill_guard``). The main machine's log, result and profile are the resumed task's
+        to read (its Foreground delete would take the pods with it), whatever the task's state. ``job`` is
+        the Job as just listed, else it is read here through the retrying API path, bounded by the kill's
+        budget; one that cannot be read is deleted: Mark Failed must not leave GPUs running, billed.
+        """
+        if job is None:
+            try:
+                job = await cluster.read(self.connection, "jobs", self.namespace, name)
+            except Exception as error:
+                self.log.warning("Could not read training Job %s before deleting it (%s)", name, error)
+        if job is not None and judged(job):
+            self.log.info(
+                "Training Job %s/%s has ended: it and its Service are kept for the task that reads them, not deleted",
+                self.namespace, name,
+            )  # fmt: skip
+            for ref in self._refs(name):
+                kill.stopped(ref)  # nothing runs, nothing is billed
+            return
+        self.log.info("Deleting training Job %s/%s and its Service", self.namespace, name)
+        await asyncio.gather(*(self._delete_object(kind, name, kill) for kind in ("jobs", "services")))
 
     def _refs(self, name: str) -> tuple[str, str]:
         return f"training Job {self.namespace}/{name}", f"Service {self.namespace}/{name}"
