@@ -28,6 +28,7 @@ from airflow_gpu.testing.batch.emulator import BatchEmulator
 from airflow_gpu.testing.polling import wait_for
 from airflow_gpu.triggers.batch import GPUBatchJobTrigger
 from airflow_gpu.triggers.batch_resubmission import BatchResubmission
+from tests.kill_budget import ON_KILL_BUDGET, refused_when_given_up_and_later
 from tests.operators.conftest import LOG_INGESTION_DELAY, LOG_LAG
 from tests.operators.test_batch_operator_runs import RESULT, Store, Ti, described, stopped_at
 
@@ -342,26 +343,19 @@ def test_a_kill_batch_keeps_refusing_gives_up_within_the_on_kill_budget_naming_t
     """TerminateJob fails (500) for good. The triggerer waits ``[triggerer] on_kill_timeout`` (4 s here) for
     ``on_kill``; the kill's TerminateJobs are retried within that, not in botocore's attempts and our rounds
     for minutes after the runner gave up, and an ERROR names the job left running."""
-    monkeypatch.setenv("AIRFLOW__TRIGGERER__ON_KILL_TIMEOUT", "4")
+    monkeypatch.setenv("AIRFLOW__TRIGGERER__ON_KILL_TIMEOUT", str(ON_KILL_BUDGET))
     emulator, context = aws_default_connection, {"ti": Ti(), "task_state_store": Store()}
     deferred = defer(context, command=[sys.executable, "-c", "import time; time.sleep(60)"])
     trigger = trigger_of(deferred)
     job = emulator._job(trigger.job_id)
     wait_for(lambda: job.status == "RUNNING", timeout=60, what="the job to run")
     refused = emulator.fail("TerminateJob", "server", times=10_000)
-
-    async def body() -> tuple[int, int]:
-        await cancelled(asyncio.create_task(first_event(trigger)))
-        with contextlib.suppress(asyncio.TimeoutError):  # as run_trigger: it gives up after the budget
-            await asyncio.wait_for(trigger.on_kill(), 4)
-        await asyncio.sleep(0.5)
-        given_up = refused.hits
-        await asyncio.sleep(4)  # a kill still retrying would ask again within this
-        return given_up, refused.hits
-
+    body = refused_when_given_up_and_later(
+        first_event(trigger), trigger.on_kill, lambda: refused.hits, wait_for_the_cancel=True, watch=4
+    )
     try:
         with caplog.at_level(logging.ERROR):
-            given_up, later = asyncio.run(body())
+            given_up, later = asyncio.run(body)
     finally:
         refused.times = refused.hits  # disarmed
         emulator.client("batch").terminate_job(jobId=job.job_id, reason="test over")

@@ -15,6 +15,7 @@ from kubernetes import client, config
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 from airflow_gpu.triggers.kubernetes import LAST_SEEN_KEY, GPUPodTrigger
 from airflow_gpu.triggers.pod_watch import WATCH_LABEL, SharedPodWatch
+from tests.kill_budget import ON_KILL_BUDGET, refused_when_given_up_and_later
 from tests.triggers.conftest import ON_KILL_TIMEOUT
 
 # slow: imports cncf-kubernetes' triggers and async hook (seconds of CPU)
@@ -436,25 +437,14 @@ def test_a_kill_the_api_server_keeps_refusing_gives_up_within_the_on_kill_budget
     on_kill_timeout`` (4 s here) for ``on_kill``; the kill's deletes are retried within that, not for the
     five minutes ``api_retry`` gives other calls, and an ERROR names the pod left running. Retried on
     after the runner gave up, they ran unowned for minutes."""
-    monkeypatch.setenv("AIRFLOW__TRIGGERER__ON_KILL_TIMEOUT", "4")
+    monkeypatch.setenv("AIRFLOW__TRIGGERER__ON_KILL_TIMEOUT", str(ON_KILL_BUDGET))
     api = core(kubernetes_emulator)
     gpu_pod(api, "refused", "sleep 600")
     t = trigger(kubernetes_emulator, "refused", termination_grace_period=0)
     refused = kubernetes_emulator.inject_api_fault(verb="delete", resource="pods", retry_after=1, times=None)
-
-    async def body() -> tuple[int, int]:
-        waiting = asyncio.create_task(first_event(t))
-        await asyncio.sleep(1)
-        waiting.cancel()
-        with contextlib.suppress(asyncio.TimeoutError):  # as run_trigger: it gives up after the budget
-            await asyncio.wait_for(t.on_kill(), 4)
-        await asyncio.sleep(0.5)
-        given_up = refused.hits
-        await asyncio.sleep(3)  # a kill still retrying would ask again within this
-        return given_up, refused.hits
-
+    body = refused_when_given_up_and_later(first_event(t), t.on_kill, lambda: refused.hits, runs_for=1)
     try:
-        given_up, later = asyncio.run(body())
+        given_up, later = asyncio.run(body)
     finally:
         kubernetes_emulator.clear_api_faults()
         api.delete_namespaced_pod("refused", "default", grace_period_seconds=0)

@@ -7,7 +7,6 @@ run, not read off its end."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from typing import Any
 
@@ -24,6 +23,7 @@ from airflow_gpu.triggers.pod_watch import WATCH_LABEL
 from airflow_gpu.triggers.training_job import GPUTrainingJobTrigger
 from airflow_gpu.utils.manifest_delta import delta
 from airflow_gpu.utils.training_job import JOB_LABEL, NAME_TOKEN, STATE_ANNOTATION, job_manifests, with_state
+from tests.kill_budget import ON_KILL_BUDGET, refused_when_given_up_and_later
 from tests.kubernetes_history import JobHistory
 from tests.triggers.conftest import ON_KILL_TIMEOUT
 
@@ -255,25 +255,14 @@ def test_a_kill_the_api_server_keeps_refusing_gives_up_within_the_on_kill_budget
     """Every delete is throttled (429, ``Retry-After: 1``) for good. The kill's deletes are retried within
     ``[triggerer] on_kill_timeout`` (4 s here), not for the minutes ``api_retry`` gives other calls after the
     runner gave up on ``on_kill``; an ERROR names the Job and Service left running."""
-    monkeypatch.setenv("AIRFLOW__TRIGGERER__ON_KILL_TIMEOUT", "4")
+    monkeypatch.setenv("AIRFLOW__TRIGGERER__ON_KILL_TIMEOUT", str(ON_KILL_BUDGET))
     given = arguments(kubernetes_emulator, "train-refused", "sleep 600")
     submit(kubernetes_emulator, given)
     trigger = GPUTrainingJobTrigger(**given)
     refused = kubernetes_emulator.inject_api_fault(verb="delete", retry_after=1, times=None)
-
-    async def body() -> tuple[int, int]:
-        waiting = asyncio.create_task(final_event(trigger))
-        await asyncio.sleep(1)
-        waiting.cancel()
-        with contextlib.suppress(asyncio.TimeoutError):  # as run_trigger: it gives up after the budget
-            await asyncio.wait_for(trigger.on_kill(), 4)
-        await asyncio.sleep(0.5)
-        given_up = refused.hits
-        await asyncio.sleep(3)  # a kill still retrying would ask again within this
-        return given_up, refused.hits
-
+    body = refused_when_given_up_and_later(final_event(trigger), trigger.on_kill, lambda: refused.hits, runs_for=1)
     try:
-        given_up, later = asyncio.run(body())
+        given_up, later = asyncio.run(body)
     finally:
         kubernetes_emulator.clear_api_faults()
         clients(kubernetes_emulator)["batch"].delete_namespaced_job(
