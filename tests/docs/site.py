@@ -24,7 +24,15 @@ MAKE_DOCS_OUTPUT = DOCS / "_build" / "html"
 def _sources() -> list[Path]:
     """Every file the site is made from."""
     docs = [p for p in DOCS.rglob("*") if p.is_file() and "_build" not in p.relative_to(DOCS).parts]
-    return [*docs, *(REPO / "provider" / "airflow_gpu").rglob("*.py"), REPO / "CHANGELOG.rst", REPO / "README.md"]
+    # The how-to guides include example DAGs (and their training script) from dags/.
+    dags = (REPO / "dags").rglob("*.py")
+    return [
+        *docs,
+        *(REPO / "provider" / "airflow_gpu").rglob("*.py"),
+        *dags,
+        REPO / "CHANGELOG.rst",
+        REPO / "README.md",
+    ]
 
 
 def fresh_make_docs_output() -> Path | None:
