@@ -10,7 +10,9 @@ reads a state that is not ``deferred``, as after Mark Failed: its kill used to d
 the training Job with its machines, while the resumed task was about to read their logs, result and
 profile. Here the twin is cancelled before it fired (its watch had not shown it the end, or it held the
 event in the resume dwell) and the supervisor answers the state the resumed task has; the workloads
-run in the emulators, so what stays is what the clouds' APIs show afterwards.
+run in the emulators, so what stays is what the clouds' APIs show afterwards. A copy that fired
+``timeout`` or ``error`` with the workload still running marks it as handed to the task
+(``triggers.handed_back``), and its twin's kill spares it too; a kill of another trigger row does not.
 """
 
 from __future__ import annotations
@@ -43,11 +45,12 @@ RESUMED = ["scheduled", "queued", "running"]
 def twin_kill(twin: Any, first_event: Any, *, seen_end: bool) -> None:
     """Run ``twin`` as the triggerer does, then cancel it and call ``on_kill`` as ``run_trigger`` does on
     a user-action cancel. ``seen_end``: the twin saw the end and holds its event in the resume dwell;
-    otherwise it is cancelled before its watch showed it anything."""
+    otherwise it is cancelled before it looked at the workload at all (its triggerer just took it up)."""
 
     async def body() -> None:
         waiting = asyncio.create_task(first_event(twin))
-        await asyncio.sleep(2 if seen_end else 0)
+        if seen_end:
+            await asyncio.sleep(2)
         waiting.cancel()
         await twin.on_kill()
 
@@ -201,3 +204,107 @@ def test_a_twin_batch_trigger_leaves_the_succeeded_job_as_it_ended(
     after = batch.describe_jobs(jobs=[job_id])["jobs"][0]
     assert after["status"] == "SUCCEEDED" and after.get("statusReason") == before.get("statusReason")
     assert after["container"].get("exitCode") == before["container"].get("exitCode") == 0
+
+
+def test_a_pod_its_other_copy_handed_back_running_on_a_timeout_is_left_to_the_resumed_task(
+    kubernetes_emulator: KubernetesEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One copy fires ``timeout`` (the task's ``execution_timeout``) with the pod running: the resumed task
+    reads its log and deletes it (KPO's ``trigger_reentry``; after ``error`` KPO defers on it again). The
+    other copy of the same trigger row, killed then, leaves it; a kill of another row (a later deferral's
+    trigger, after a Clear) deletes it."""
+    import time
+
+    answer(monkeypatch, {"r1": {"train": "scheduled"}})
+    api = pod_tests.core(kubernetes_emulator)
+    pod_tests.gpu_pod(api, "twin-late", "echo working; sleep 600")
+    wait_for(lambda: api.read_namespaced_pod("twin-late", "default").status.phase == "Running", 30, "the start")
+    deadline = {"_execution_deadline": int(time.time()) + 2}
+
+    def copy(row: int) -> GPUPodTrigger:
+        options = {"trigger_kwargs": deadline} if row == 7 else {}  # 8: a later deferral's trigger
+        t = pod_tests.trigger(kubernetes_emulator, "twin-late", termination_grace_period=0, **options)
+        t.task_instance, t.trigger_id = ti(), row  # type: ignore[assignment]  # set by the trigger runner
+        return t
+
+    event = asyncio.run(asyncio.wait_for(pod_tests.first_event(copy(7)), 30))
+    assert event["status"] == "timeout"
+
+    twin_kill(copy(7), pod_tests.first_event, seen_end=False)
+
+    assert pod_kept(api, "twin-late").status.phase == "Running"
+    assert kubernetes_emulator.api_requests("DELETE", "pods") == 0
+
+    twin_kill(copy(8), pod_tests.first_event, seen_end=False)
+
+    wait_for(lambda: "twin-late" not in pod_tests.pod_names(api), 30, "the pod to go")
+
+
+def test_a_training_its_other_copy_handed_to_the_worker_on_an_error_is_not_stopped(
+    kubernetes_emulator: KubernetesEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One copy fires ``error`` (here: listing the try's Jobs refused) with the training running: the worker
+    watches the Job itself from then on. The other copy of the same row, killed then, leaves the Job and its
+    Service; a kill of another row deletes them."""
+    answer(monkeypatch, {"r1": {"train": "running"}})
+    given = training_tests.arguments(kubernetes_emulator, "train-err", "sleep 600")
+    training_tests.submit(kubernetes_emulator, given)
+    api = training_tests.clients(kubernetes_emulator)
+    training_tests.rank_pod(kubernetes_emulator, "train-err", 1)
+
+    def copy(row: int) -> GPUTrainingJobTrigger:
+        t = GPUTrainingJobTrigger(**given)
+        t.task_instance, t.trigger_id = ti(), row  # type: ignore[assignment]  # set by the trigger runner
+        return t
+
+    refused = kubernetes_emulator.inject_api_fault(verb="list", resource="jobs", status=403, times=1)
+    event = asyncio.run(training_tests.final_event(copy(7)))
+    assert event["status"] == "error" and refused.hits == 1
+
+    twin_kill(copy(7), training_tests.final_event, seen_end=False)
+
+    import time
+
+    time.sleep(1)
+    assert api["batch"].read_namespaced_job("train-err", "default").metadata.deletion_timestamp is None
+    assert api["core"].read_namespaced_service("train-err", "default").metadata.deletion_timestamp is None
+    assert kubernetes_emulator.api_requests("DELETE") == 0
+
+    twin_kill(copy(8), training_tests.final_event, seen_end=False)
+
+    wait_for(lambda: not api["batch"].list_namespaced_job("default").items, 30, "the Job to go")
+    assert not api["core"].list_namespaced_service("default", label_selector=JOB_LABEL).items
+
+
+def test_the_mark_is_written_under_the_shipped_role(
+    kubernetes_emulator: KubernetesEmulator, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """The triggerer runs as the tasks' account (docs/permissions): ``patch`` on pods lets it mark the pod."""
+    import time
+
+    import yaml
+    from airflow.providers.cncf.kubernetes.triggers.pod import KubernetesPodTrigger
+    from kubernetes import client
+
+    from airflow_gpu.triggers.handed_back import ANNOTATION
+    from airflow_gpu.triggers.pod_watch import WATCH_LABEL
+    from tests.operators.test_kubernetes_permissions import NAMESPACE, TASKS, admin, worker_kubeconfig
+
+    kubeconfig = worker_kubeconfig(kubernetes_emulator, tmp_path, TASKS)
+    core = client.CoreV1Api(admin(kubernetes_emulator))
+    container = {"name": "base", "image": "busybox", "command": ["sh", "-c", "sleep 600"]}
+    core.create_namespaced_pod(NAMESPACE, {"metadata": {"name": "late", "labels": {WATCH_LABEL: "l4"}},
+                                           "spec": {"restartPolicy": "Never", "containers": [container]}})  # fmt: skip
+    wait_for(lambda: core.read_namespaced_pod("late", NAMESPACE).status.phase == "Running", 30, "the start")
+    official = KubernetesPodTrigger(
+        pod_name="late", pod_namespace=NAMESPACE, trigger_start_time=None,  # type: ignore[arg-type]
+        kubernetes_conn_id=None, config_dict=yaml.safe_load(kubeconfig.read_text()), poll_interval=2,
+        base_container_name="base", trigger_kwargs={"_execution_deadline": int(time.time()) + 2},
+    )  # fmt: skip
+    t = GPUPodTrigger.from_official(official)
+    t.trigger_id = 41  # type: ignore[assignment]  # set by the trigger runner
+
+    event = asyncio.run(asyncio.wait_for(pod_tests.first_event(t), 30))
+
+    assert event["status"] == "timeout"
+    assert core.read_namespaced_pod("late", NAMESPACE).metadata.annotations[ANNOTATION] == "41"

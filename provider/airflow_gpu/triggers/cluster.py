@@ -283,6 +283,19 @@ async def own_service(connection: ClusterConnection, namespace: str, service: di
         await create_or_adopt(connection, "services", namespace, owned_by(service, owner), log)
 
 
+async def annotate(
+    connection: ClusterConnection, kind: str, namespace: str, name: str, annotations: dict[str, str]
+) -> None:
+    """Merge ``annotations`` into the object's (a patch of its metadata alone)."""
+
+    async def call() -> None:
+        async with connection.client() as client:
+            api, suffix = _api(client, kind)  # a dict body: a strategic merge patch
+            await getattr(api, f"patch_{suffix}")(name, namespace, {"metadata": {"annotations": annotations}})
+
+    await acall(call, f"annotating {kind} {namespace}/{name}", log=LOG)
+
+
 async def delete(connection: ClusterConnection, kind: str, namespace: str, name: str, **options: Any) -> None:
     """Delete the object (``options``: ``propagation_policy``, ``grace_period_seconds``); gone already is fine."""
     from kubernetes_asyncio.client.exceptions import ApiException

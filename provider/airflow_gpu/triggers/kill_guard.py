@@ -23,11 +23,12 @@ training Job its controller has judged complete or failed (``spot.training_job.j
 nothing, and their logs, result and profile are the resumed task's to read and delete; each is read
 before its delete, through the retrying API path, within the kill's budget (``kill_tasks``). An AWS
 Batch job needs nothing of the kind: TerminateJob acts only on a job not yet SUCCEEDED or FAILED. A
-workload still running is stopped (Mark Failed, Clear): the state endpoint cannot tell a Clear from a
-copy that fired a ``timeout`` or ``error`` event while the workload ran, so there the twin's kill
-stops a workload the resumed task would have deleted (``timeout``) or gone on following (``error``:
-KPO defers again, the training and Batch operators watch the job from the worker), and that task then
-finds it deleted or terminated and fails or retries.
+workload still running is stopped (Mark Failed, Clear), unless the copy that fired marked it as
+handed to the task with its trigger row (``handed_back``: a ``timeout`` or ``error`` event, after
+which the resumed task deletes the pod itself, or goes on following it: KPO defers again, the
+training operator watches its Job from the worker); the state endpoint alone cannot tell that from
+a Clear. A Batch job has no such mark yet: after a copy's ``error`` event (the worker looks again and
+defers again) its twin's kill terminates the running job.
 
 When the state cannot be read, even on a second try, ``on_kill`` (Airflow 3.3+, called only on a
 cancel the runner marks as a user action) stops the workload: a person's Mark Failed must not leave

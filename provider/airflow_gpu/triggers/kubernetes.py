@@ -39,7 +39,7 @@ from airflow.providers.cncf.kubernetes.version_compat import AIRFLOW_V_3_3_PLUS
 from airflow.triggers.base import TriggerEvent
 
 from airflow_gpu.spot.start_failure import missing_program
-from airflow_gpu.triggers import cluster, kill_guard, kill_tasks
+from airflow_gpu.triggers import cluster, handed_back, kill_guard, kill_tasks
 from airflow_gpu.triggers.cluster import ClusterConnection
 from airflow_gpu.triggers.kubernetes_api import PodState
 from airflow_gpu.triggers.pod_carry_on import LAST_SEEN_KEY as LAST_SEEN_KEY
@@ -192,6 +192,13 @@ class GPUPodTrigger(PodCarryOn, KubernetesPodTrigger):
             if seen is None:  # gone already
                 kill.stopped(self._pod_ref(name))
                 return
+        if seen and handed_back.by_twin(self, seen):
+            self.log.info(
+                "Pod %s in namespace %s was handed to the task by this trigger's other copy: it is not deleted",
+                name, self.pod_namespace,
+            )  # fmt: skip
+            kill.stopped(self._pod_ref(name))  # the resumed task follows it on, or deletes it
+            return
         if seen and workload_ended(seen, self.base_container_name):
             self.log.info(
                 "Pod %s in namespace %s has ended (%s): it is kept for the task that reads it, not deleted",
@@ -347,6 +354,9 @@ class GPUPodTrigger(PodCarryOn, KubernetesPodTrigger):
             final = payload if replacement is None else await self._carry_on(replacement, payload)
             if final is not None:
                 await dwell(self._deferred_at())
+                if final.get("status") in ("error", "timeout") and self._gone is None:  # the task follows it on
+                    name = str(final.get("name") or self.pod_name)
+                    await handed_back.mark(self, self.connection, "pods", self.pod_namespace, name)
                 self._handed_back = True
                 yield TriggerEvent(final)
                 return

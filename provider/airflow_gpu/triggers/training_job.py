@@ -21,8 +21,9 @@ A trigger that runs again (a triggerer restart) or twice (apache/airflow#37180) 
 first arguments: it finds the latest Job or Service of this task try and takes the run's state
 from its annotation, so that it goes on where it was, records each interruption once and creates
 no second Job. Mark Failed (``on_kill``, Airflow 3.3+; ``cleanup`` before) deletes the Job and
-Service, unless the Job has ended: a task resuming from a twin's event reads it (``kill_guard``). An error (say RBAC without ``list jobs``) is an ``error`` event: the worker then watches
-the Job itself.
+Service, unless the Job has ended: a task resuming from a twin's event reads it (``kill_guard``). An
+error (say RBAC without ``list jobs``) is an ``error`` event: the worker then watches the Job itself,
+and the Service is marked so that a twin's kill leaves both (``handed_back``).
 
 Ranks the API refuses to create (a ResourceQuota, a LimitRange...) show only as the Job's
 ``FailedCreate`` events: fewer pods than machines for longer than the startup timeout ends the wait
@@ -56,7 +57,7 @@ from airflow_gpu.spot.training_job import (
     refused,
     to_json,
 )
-from airflow_gpu.triggers import cluster, kill_guard, kill_tasks
+from airflow_gpu.triggers import cluster, handed_back, kill_guard, kill_tasks
 from airflow_gpu.triggers.interruption_log import log_interruptions
 from airflow_gpu.triggers.job_replacement import JobReplacement
 from airflow_gpu.triggers.kubernetes import LOG_TAIL_LINES, STATE_KEY
@@ -161,6 +162,8 @@ class GPUTrainingJobTrigger(BaseTrigger):
                 "message": f"{type(error).__name__}: {error}", STATE_KEY: replacement.run.to_json(),
             }  # fmt: skip
         await dwell(self.deferred_at)
+        if payload["status"] == "error":  # the worker watches the Job on: a twin's kill must not stop it
+            await handed_back.mark(self, self.connection, "services", self.namespace, self.current)
         self._fired = True
         yield TriggerEvent(payload)
 
@@ -356,11 +359,11 @@ class GPUTrainingJobTrigger(BaseTrigger):
             return
         names = {self.current}
         kill.aim(*self._refs(self.current))
-        jobs: dict[str, dict[str, Any]] = {}
+        listed: dict[tuple[str, str], dict[str, Any]] | None = None
         try:
             found = await self._objects()
             names |= {o["metadata"]["name"] for o in found}
-            jobs = {o["metadata"]["name"]: o for o in found if o["kind"] == "Job"}
+            listed = {(o["kind"], o["metadata"]["name"]): o for o in found}
         except Exception as error:  # the current Job goes in any case
             self.log.warning("Could not list this try's training Jobs (%s)", error)
         # All at once, the current Job first: each delete may be throttled and retried (429 with Retry-After),
@@ -369,9 +372,11 @@ class GPUTrainingJobTrigger(BaseTrigger):
         ordered = [self.current, *sorted(names - {self.current})]
         for name in ordered:
             kill.aim(*self._refs(name))
-        await asyncio.gather(*(self._delete_run(name, jobs.get(name), kill) for name in ordered))
+        await asyncio.gather(*(self._delete_run(name, listed, kill) for name in ordered))
 
-    async def _delete_run(self, name: str, job: dict[str, Any] | None, kill: kill_tasks.Kill) -> None:
+    async def _delete_run(
+        self, name: str, listed: dict[tuple[str, str], dict[str, Any]] | None, kill: kill_tasks.Kill
+    ) -> None:
         """Delete the Job and its Service, unless the Job controller has judged the Job (complete or failed).
 
         A judged Job bills nothing (a failed Job's pods are being stopped by its controller), and the task
@@ -381,12 +386,26 @@ class GPUTrainingJobTrigger(BaseTrigger):
         to read (its Foreground delete would take the pods with it), whatever the task's state. ``job`` is
         the Job as just listed, else it is read here through the retrying API path, bounded by the kill's
         budget; one that cannot be read is deleted: Mark Failed must not leave GPUs running, billed.
+
+        A Job still running is kept too when this trigger's other copy handed it to the worker (an
+        ``error`` event: the worker watches it on), as the mark on its Service says (``handed_back``).
         """
-        if job is None:
+        job, service = (listed or {}).get(("Job", name)), (listed or {}).get(("Service", name))
+        if listed is None or job is None:
             try:
                 job = await cluster.read(self.connection, "jobs", self.namespace, name)
+                if listed is None:
+                    service = await cluster.read(self.connection, "services", self.namespace, name)
             except Exception as error:
                 self.log.warning("Could not read training Job %s before deleting it (%s)", name, error)
+        if handed_back.by_twin(self, service):
+            self.log.info(
+                "Training Job %s/%s was handed to the worker by this trigger's other copy: it is not deleted",
+                self.namespace, name,
+            )  # fmt: skip
+            for ref in self._refs(name):
+                kill.stopped(ref)  # the worker follows it on, and deletes it at the end
+            return
         if job is not None and judged(job):
             self.log.info(
                 "Training Job %s/%s has ended: it and its Service are kept for the task that reads them, not deleted",
