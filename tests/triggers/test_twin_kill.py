@@ -308,3 +308,30 @@ def test_the_mark_is_written_under_the_shipped_role(
 
     assert event["status"] == "timeout"
     assert core.read_namespaced_pod("late", NAMESPACE).metadata.annotations[ANNOTATION] == "41"
+
+
+def test_a_mark_the_api_server_refuses_does_not_hold_the_event(
+    kubernetes_emulator: KubernetesEmulator, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An ``error`` event may come from an API server in trouble: the mark's retries are bounded
+    (``MARK_SECONDS``, 1 s here), not the minutes other calls ride out, and the event goes without it."""
+    import time
+
+    from airflow_gpu.triggers import handed_back
+
+    monkeypatch.setattr(handed_back, "MARK_SECONDS", 1.0)
+    api = pod_tests.core(kubernetes_emulator)
+    pod_tests.gpu_pod(api, "unmarked", "sleep 600")
+    wait_for(lambda: api.read_namespaced_pod("unmarked", "default").status.phase == "Running", 30, "the start")
+    t = pod_tests.trigger(kubernetes_emulator, "unmarked", termination_grace_period=0,
+                          trigger_kwargs={"_execution_deadline": int(time.time()) + 1})  # fmt: skip
+    t.trigger_id = 5  # type: ignore[assignment]  # set by the trigger runner
+    refused = kubernetes_emulator.inject_api_fault(verb="patch", resource="pods", status=503, times=None)
+    try:
+        event = asyncio.run(asyncio.wait_for(pod_tests.first_event(t), 20))
+    finally:
+        kubernetes_emulator.clear_api_faults()
+    assert event["status"] == "timeout" and refused.hits >= 1
+    assert not (api.read_namespaced_pod("unmarked", "default").metadata.annotations or {}).get(handed_back.ANNOTATION)
+    assert "Could not mark pod default/unmarked" in capsys.readouterr().out
+    api.delete_namespaced_pod("unmarked", "default", grace_period_seconds=0)

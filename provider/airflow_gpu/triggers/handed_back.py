@@ -21,12 +21,16 @@ finds it once the task has ended.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from airflow_gpu.triggers import cluster
+from airflow_gpu.utils import retry_deadline
 
 #: The annotation: the id of the trigger row whose event handed the workload to the task.
 ANNOTATION = "airflow-gpu/handed-back-by-trigger"
+#: Seconds the mark's retries may take before the event goes without it.
+MARK_SECONDS = 10.0
 
 
 def _row(trigger: Any) -> str | None:
@@ -39,8 +43,10 @@ async def mark(trigger: Any, connection: Any, kind: str, namespace: str, name: s
     row = _row(trigger)
     if row is None:
         return
-    try:
-        await cluster.annotate(connection, kind, namespace, name, {ANNOTATION: row})
+    try:  # bounded: an error event may come from an API server in trouble, and must not wait minutes on it
+        with retry_deadline.until(MARK_SECONDS):
+            await asyncio.wait_for(cluster.annotate(connection, kind, namespace, name, {ANNOTATION: row}),
+                                   MARK_SECONDS + 2)  # fmt: skip
     except Exception as error:  # the event goes in any case
         trigger.log.warning(
             "Could not mark %s %s/%s as handed to the task (%s: %s); a twin of this trigger may stop it",
