@@ -34,18 +34,17 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.cncf.kubernetes.operators.pod import POD_IDENTIFIER_STATE_KEY
 
-from airflow_gpu.operators.retry_handover import CHECKED_LABEL, submissions
+from airflow_gpu.operators.pod_marks import CHECKED_LABEL, submissions
 from airflow_gpu.utils.api_retry import call
 from airflow_gpu.utils.pod_identity import identity_mismatch
 
 if TYPE_CHECKING:
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
     from airflow.sdk import Context
     from kubernetes.client import models as k8s
 
-    from airflow_gpu.operators.kubernetes import GPUKubernetesOperator
 
-
-def succeeded_unread(op: GPUKubernetesOperator, context: Context) -> k8s.V1Pod | None:
+def succeeded_unread(op: KubernetesPodOperator, context: Context) -> k8s.V1Pod | None:
     """The earlier try's pod of this task instance that succeeded and that no try read; None when there is none
     (or nothing may be taken over: see the module's docstring)."""
     if not op.reattach_on_restart or op.do_xcom_push:
@@ -81,7 +80,7 @@ def _earlier(pod_try: str | None, try_number: int) -> bool:
     return pod_try is not None and pod_try.isdigit() and int(pod_try) < try_number
 
 
-def take_over(op: GPUKubernetesOperator, context: Context, pod: k8s.V1Pod) -> Any:
+def take_over(op: KubernetesPodOperator, context: Context, pod: k8s.V1Pod) -> Any:
     """End this try with the pod's outcome, as the earlier try's lost resume would have: no pod is created."""
     name, namespace = pod.metadata.name, pod.metadata.namespace
     op.log.info("Took over try %s's succeeded pod %s/%s instead of running the workload again: no try read its "

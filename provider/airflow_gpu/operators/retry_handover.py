@@ -15,19 +15,17 @@ which the worker cannot know beforehand, so a task with one is treated as not re
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from airflow_gpu.operators.kubernetes_pod import STATE_ANNOTATION
+from airflow_gpu.operators.pod_marks import CHECKED_LABEL as CHECKED_LABEL
+from airflow_gpu.operators.pod_marks import submissions as submissions
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
     from kubernetes.client import models as k8s
 
     from airflow_gpu.operators.kubernetes import GPUKubernetesOperator
-
-CHECKED_LABEL = "already_checked"  # KPO's POD_CHECKED_KEY: a pod no try reattaches to
 
 
 def why_no_takeover(op: GPUKubernetesOperator, context: Context) -> str | None:
@@ -50,15 +48,6 @@ def live(pod: k8s.V1Pod) -> bool:
         return False
     phase = status.phase if status is not None else None
     return phase not in ("Succeeded", "Failed") and (status is None or (status.reason or "").lower() != "evicted")
-
-
-def submissions(annotations: Mapping[str, str] | None) -> int:
-    """The run's submissions as recorded on a pod or Job when it was made (0 when unreadable)."""
-    try:
-        state = json.loads((annotations or {}).get(STATE_ANNOTATION) or "{}")
-        return int(state.get("submissions") or 0) if isinstance(state, dict) else 0
-    except (TypeError, ValueError):
-        return 0
 
 
 def latest_live(pods: Iterable[k8s.V1Pod]) -> k8s.V1Pod | None:
