@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
+from airflow_gpu.testing.polling import wait_for
 from airflow_gpu.triggers import cluster
 from airflow_gpu.triggers.cluster import ClusterConnection
 from airflow_gpu.triggers.kubernetes import GPUPodTrigger
@@ -82,6 +83,9 @@ def test_a_replacement_rides_out_throttling_5xx_and_a_lost_create_response(
             {"verb": "create", "resource": "pods", "status": 0, "served": True, "times": 1},
         ):
             kubernetes_emulator.inject_api_fault(**rule)
+        # Reclaimed once its line is out: a pod can be Running before its shell has echoed.
+        await asyncio.to_thread(wait_for, lambda: "train-x" in kubernetes_emulator.printed("checkpoint-at-step-7"),
+                                30, "the pod's checkpoint line")  # fmt: skip
         await asyncio.to_thread(kubernetes_emulator.preempt, "train-x", "default", 0)
         return await asyncio.wait_for(running, 120)
 
