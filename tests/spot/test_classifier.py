@@ -13,7 +13,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_gpu.spot.classifier import Classification, Outcome, classify_deleted_pod, classify_pod
+from airflow_gpu.spot.classifier import (
+    Classification,
+    Outcome,
+    classify_deleted_pod,
+    classify_pod,
+    completed_before_deletion,
+    disrupted_by,
+)
 from airflow_gpu.spot.policy import Placement, SpotPolicy, next_step
 
 # kubernetes pkg/kubelet/nodeshutdown/nodeshutdown_manager.go: nodeShutdownReason, nodeShutdownMessage
@@ -462,6 +469,42 @@ def test_a_terminal_pod_stopped_by_a_plain_delete_is_deleted() -> None:
     assert classify_pod(killed).outcome is Outcome.DELETED
     earlier = pod("Failed", containers=[terminated(3, finished="2026-01-01T09:59:00Z")], metadata=deleting)
     assert classify_pod(earlier).outcome is Outcome.APPLICATION  # it had failed before anyone deleted it
+
+
+def test_a_pod_gone_after_its_workload_exited_0_before_the_drain_succeeded() -> None:
+    """Issue 26: a drain (Eviction API: ``DisruptionTarget`` ``EvictionByEvictionAPI``, then the delete) of a pod
+    whose base container had already exited 0 (a sidecar kept it Running) took nothing from the run."""
+    drained = {
+        **disruption("EvictionByEvictionAPI", "Eviction API: evicting"),
+        "lastTransitionTime": "2026-01-01T10:00:10Z",
+    }
+    deleting = {"deletionTimestamp": "2026-01-01T10:00:40Z", "deletionGracePeriodSeconds": 30}
+    done = pod("Running", conditions=[drained], metadata=deleting, node="n",
+               containers=[terminated(0, "Completed", finished="2026-01-01T10:00:02Z")])  # fmt: skip
+    assert completed_before_deletion(done, "base")
+    assert classify_deleted_pod(done, False, "base").outcome is Outcome.SUCCEEDED
+    assert classify_deleted_pod(done, False).interrupted  # without the container: the eviction, as before
+    assert disrupted_by(done) == "DisruptionTarget EvictionByEvictionAPI: Eviction API: evicting"
+
+
+def test_a_workload_that_exited_0_on_the_drains_sigterm_was_preempted() -> None:
+    """A workload that checkpoints and exits 0 on SIGTERM did not finish: an exit at or after the disruption or
+    the DELETE (timestamps have whole seconds) is the drain's, an interruption to run again."""
+    drained = {
+        **disruption("EvictionByEvictionAPI", "Eviction API: evicting"),
+        "lastTransitionTime": "2026-01-01T10:00:10Z",
+    }
+    on_sigterm = pod("Failed", conditions=[drained], node="n",
+                     containers=[terminated(0, "Completed", finished="2026-01-01T10:00:11Z")])  # fmt: skip
+    assert not completed_before_deletion(on_sigterm, "base")
+    assert classify_deleted_pod(on_sigterm, False, "base").outcome is Outcome.EVICTED  # an interruption
+    deleting = {"deletionTimestamp": "2026-01-01T10:00:30Z", "deletionGracePeriodSeconds": 30}
+    by_delete = pod("Running", metadata=deleting, node="n", containers=[terminated(0, finished="2026-01-01T10:00:01Z")])
+    assert not completed_before_deletion(by_delete, "base")
+    undated = pod("Running", conditions=[disruption("EvictionByEvictionAPI")], containers=[terminated(0)])
+    assert not completed_before_deletion(undated, "base")  # disrupted at an unknown moment: cannot tell
+    assert not completed_before_deletion(pod("Running", containers=[terminated(1)]), "base")
+    assert not completed_before_deletion(None, "base")
 
 
 # --- properties -----------------------------------------------------------------------------

@@ -203,6 +203,53 @@ def _killed_by_deletion(pod: Mapping[str, Any]) -> bool:
     return not known or max(known) >= requested - timedelta(seconds=1)  # timestamps have whole seconds
 
 
+def completed_before_deletion(pod: Mapping[str, Any] | None, container: str) -> bool:
+    """Whether the pod's workload had succeeded before anything deleted or disrupted the pod.
+
+    True for a pod seen ``Succeeded``, and for one whose ``container`` (the base container) had
+    terminated with exit code 0 before the deletion was requested (``deletionTimestamp`` less the
+    grace period, as ``_killed_by_deletion``) and before its ``DisruptionTarget`` condition was set:
+    a drain, PodGC or a person that deletes a completed pod before the task read its end takes
+    nothing from the run (issue 26: such a pod was taken for a preemption and run again). A pod seen
+    neither deleting nor disrupted after its exit 0 completed too. False when it cannot be told.
+    """
+    if pod is None:
+        return False
+    if (pod.get("status") or {}).get("phase") == "Succeeded":
+        return True
+    ended = [
+        state for name, kind, state in _container_states(pod)
+        if name == container and kind == "terminated" and state.get("exitCode") == 0
+    ]  # fmt: skip
+    if not ended:
+        return False
+    finished = _parse_time(ended[-1].get("finishedAt"))
+    metadata = pod.get("metadata") or {}
+    deleting = _parse_time(metadata.get("deletionTimestamp"))
+    disruption = _disruption(pod)
+    disrupted = _parse_time(disruption.get("lastTransitionTime")) if disruption else None
+    if deleting is not None:
+        grace = metadata.get("deletionGracePeriodSeconds")
+        deleting -= timedelta(seconds=grace if isinstance(grace, int) and 0 <= grace <= 86400 else 0)
+    stops = [moment for moment in (deleting, disrupted) if moment is not None]
+    if (disruption is not None or metadata.get("deletionTimestamp")) and not stops:
+        return False  # deleting or disrupted at an unknown moment: the exit may have been its SIGTERM's
+    if finished is None:
+        return not stops
+    return all(finished < moment - timedelta(seconds=1) for moment in stops)  # whole seconds: strictly before
+
+
+def disrupted_by(pod: Mapping[str, Any] | None) -> str | None:
+    """Who disrupted the pod, as its ``DisruptionTarget`` condition says ("EvictionByEvictionAPI: a drain's
+    eviction"), for a message; None when the pod carries none."""
+    disruption = _disruption(pod or {})
+    if disruption is None:
+        return None
+    reason = disruption.get("reason") or "DisruptionTarget"
+    message = (disruption.get("message") or "").strip()
+    return f"DisruptionTarget {reason}" + (f": {message}" if message else "")
+
+
 def classify_pod(pod: Mapping[str, Any] | None) -> Classification:
     """Classify a pod as the API returned it; None means the pod no longer exists.
 
@@ -300,7 +347,9 @@ def _unknown(phase: Any, reason: Any, message: str) -> Classification:
     )
 
 
-def classify_deleted_pod(last_seen_pod: Mapping[str, Any] | None, node_exists: bool | None) -> Classification:
+def classify_deleted_pod(
+    last_seen_pod: Mapping[str, Any] | None, node_exists: bool | None, container: str | None = None
+) -> Classification:
     """Classify a pod that is gone (the API answers 404) from what was seen of it before.
 
     ``last_seen_pod`` is the last state the operator read or watched (None if it never saw one);
@@ -315,10 +364,16 @@ def classify_deleted_pod(last_seen_pod: Mapping[str, Any] | None, node_exists: b
       fails with Airflow's retries allowed.
     * Not known: PREEMPTED ``PodDeleted``, as ``classify_pod(None)``.
 
+    Before all of these: a pod whose ``container`` (the base container) was last seen ended with
+    exit code 0 before the deletion or disruption (``completed_before_deletion``) SUCCEEDED: a drain
+    or PodGC that deletes a completed pod before the task read its end interrupted nothing.
+
     A taint-manager or PodGC deletion whose ``DisruptionTarget`` update the caller never saw looks
     like a deletion through the API while the node object remains; pass ``node_exists=False`` for
     a node that is NotReady or being removed.
     """
+    if container is not None and completed_before_deletion(last_seen_pod, container):
+        return Classification(Outcome.SUCCEEDED, "Succeeded", exit_code=0)
     if last_seen_pod is not None:
         seen = classify_pod(last_seen_pod)
         if _disruption(last_seen_pod) is not None or seen.outcome not in (
