@@ -121,3 +121,24 @@ def test_a_pod_never_seen_and_not_seen_deleted_is_no_interruption() -> None:
     result = replacement.classify(None, deleted=False, node_stays=None)
     assert result.outcome is Outcome.UNKNOWN and not replacement.replaceable(result)
     assert replacement.classify(None, deleted=True, node_stays=None).outcome is Outcome.PREEMPTED
+
+
+def test_a_pod_whose_workload_exited_0_before_a_drain_is_never_replaced() -> None:
+    """Issue 26: the watch's last state of a drained pod shows its base container ended with exit 0 before the
+    Eviction API's ``DisruptionTarget`` (a sidecar kept the pod Running; the drain then failed or deleted it):
+    a success, whether the pod is gone or left ``Failed``. The same pod with its exit after the condition (the
+    drain's SIGTERM) is an interruption the trigger replaces."""
+    replacement = PodReplacement.from_argument(argument(), "base", "delete_pod")
+    drained = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+               "message": "Eviction API: evicting", "lastTransitionTime": "2026-01-01T10:00:10Z"}  # fmt: skip
+
+    def seen(phase: str, finished: str) -> dict[str, Any]:
+        ended = {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": finished}}
+        status = {"phase": phase, "conditions": [drained], "containerStatuses": [{"name": "base", "state": ended}]}
+        return {"metadata": {"name": "train-abc12345"}, "spec": {"nodeName": "n"}, "status": status}
+
+    for phase, deleted in (("Running", True), ("Failed", False)):
+        result = replacement.classify(seen(phase, "2026-01-01T10:00:02Z"), deleted=deleted, node_stays=False)
+        assert result.outcome is Outcome.SUCCEEDED and not replacement.replaceable(result), (phase, result)
+        late = replacement.classify(seen(phase, "2026-01-01T10:00:11Z"), deleted=deleted, node_stays=False)
+        assert replacement.replaceable(late), (phase, late)

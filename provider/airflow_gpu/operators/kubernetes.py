@@ -55,7 +55,7 @@ from airflow_gpu.operators.kubernetes_takeover import succeeded_unread, take_ove
 from airflow_gpu.operators.retry_handover import live
 from airflow_gpu.operators.spot_task import bad_result, fail, publish
 from airflow_gpu.spot import admission
-from airflow_gpu.spot.classifier import Classification, Outcome, classify_deleted_pod, classify_pod
+from airflow_gpu.spot.classifier import Classification, Outcome, classify_deleted_pod, classify_pod, disrupted_by
 from airflow_gpu.spot.policy import Capacity, SpotPolicy
 from airflow_gpu.spot.run import SpotRun
 from airflow_gpu.triggers.interruption_log import log_interruptions
@@ -63,7 +63,7 @@ from airflow_gpu.triggers.kubernetes import LAST_SEEN_KEY, NEXT_KEY, STATE_KEY
 from airflow_gpu.utils.api_retry import call
 from airflow_gpu.utils.kubernetes import to_dict
 from airflow_gpu.utils.pod_identity import identity_mismatch
-from airflow_gpu.utils.results import ResultError, WorkloadOutput, missing_result
+from airflow_gpu.utils.results import ResultError, WorkloadOutput, missing_result, read_output
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -145,6 +145,7 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
         self._output: WorkloadOutput | None = None  # what the ended pod's log held
         self._unread: str | None = None  # why its log could not be read
         self._dropped: k8s.V1Pod | None = None  # the pod KPO's _clean found gone
+        self._gone_succeeded = False  # the pod was deleted after it succeeded, before its end was read
         self._ended: dict[str, Any] | None = None  # the ended pod as last read, for ``kubernetes_profiler``
         self._forms_recalled = False  # the profiler forms of earlier tries were read (``kubernetes_profiler``)
         self._defer_context: Context | None = None  # while KPO's invoke_defer_method runs
@@ -278,9 +279,13 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
 
     def _classify(self, pod: k8s.V1Pod) -> None:
         self._ended = current = self.reads.pod(pod)
-        if current is None:  # gone: a node reclaim, or deleted by a person while its node stayed
-            last_seen = to_dict(pod)
-            self._outcome = classify_deleted_pod(last_seen, self._node_stays(pod.spec.node_name if pod.spec else None))
+        if current is None:  # gone: a node reclaim, a drain, or deleted by a person while its node stayed
+            last_seen = self.pod_manager.last_seen(pod) or to_dict(pod)  # ``pod`` may be as created, stale
+            node = ((last_seen.get("spec") or {}).get("nodeName")) or (pod.spec.node_name if pod.spec else None)
+            node_stays = self._node_stays(node)
+            self._outcome = classify_deleted_pod(last_seen, node_stays, self.base_container_name)
+            if self._outcome.outcome is Outcome.SUCCEEDED:
+                self._succeeded_gone(pod.metadata.name, last_seen, node, node_stays)
             return
         self._outcome = classify_pod(current)
         if self._outcome.outcome is not Outcome.UNSCHEDULABLE and (self.gpu_profile or not self.do_xcom_push):
@@ -290,6 +295,25 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
             self._result_error = self._output.result_error  # a bug in the workload: raised after cleanup
         if self._outcome.outcome is Outcome.UNSCHEDULABLE:
             self.reads.delete_and_wait(pod)  # never leave a pending pod to start later
+
+    def _succeeded_gone(
+        self, name: str, last_seen: dict[str, Any] | None, node: str | None, stays: bool | None
+    ) -> None:
+        """The pod succeeded and was deleted (a drain, PodGC, a person) before its end was read: a success,
+        not an interruption (issue 26). Its result comes from the log lines already followed; without one,
+        the task succeeds with a warning that names who deleted the pod, as far as the cluster tells."""
+        self._gone_succeeded = True
+        self._output = read_output(self.pod_manager.followed_results(self.base_container_name))
+        if self._output.result_found and not self.do_xcom_push:
+            self._logged_result, self._result_error = self._output.result, self._output.result_error
+            self.log.warning("Pod %s succeeded and was then deleted before its end was read; its result line had "
+                             "been read from its log", name)  # fmt: skip
+            return
+        who = disrupted_by(last_seen) or (
+            f"its node {node} is being drained or removed" if stays is False and node else "deleted through the API"
+        )
+        self._unread = f"the pod was deleted after it succeeded, before its result could be read ({who})"
+        self.log.warning("%s", missing_result(f"Pod {name}", self._unread))
 
     def result_missing(self, workload: str) -> str | None:
         """The warning for a success without a readable result line (its log unread, or no such line),
@@ -316,6 +340,8 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
             if self._killed:  # on_kill between two pods: no new one
                 raise AirflowException("the task was killed; no new pod is submitted")
             self._outcome, self._output, self._unread, self._ended = None, None, UNREAD, None
+            self._gone_succeeded = False
+            self.pod_manager.forget()
             try:
                 result = super().execute_sync(context)
             except AirflowSkipException:  # skip_on_exit_code: KPO's answer stands
@@ -323,6 +349,8 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
             except Exception as error:  # classified below; anything unclassified is re-raised
                 if not self._killed and kubernetes_profiler.fall_back(self, context, self._ended):
                     continue  # the image cannot start the profiler's wrapper: the same pod, another way
+                if self._gone_succeeded and not self._killed:  # deleted after its success, before KPO read it
+                    return self._succeed(context, None)
                 if self._outcome is None or self._killed or self._outcome.outcome is Outcome.SUCCEEDED:
                     raise
                 self._after_failure(context, self._outcome, error)
@@ -339,7 +367,8 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
                 self._restore_from_pod(self.client.read_namespaced_pod(event["name"], event["namespace"]))
         self.spot_run.submitted(event["name"])
         self._outcome = self._dropped = self._output = self._ended = None
-        self._unread = UNREAD
+        self._unread, self._gone_succeeded = UNREAD, False
+        self.pod_manager.forget()
         self._replay_trigger_pods(context, event, deferred)  # KPO's callbacks and events for the trigger's pods
         if event.get(NEXT_KEY):  # the trigger recorded the pod's end and decided, but could not create the next
             self._create_next(context, event)
@@ -354,7 +383,12 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
             self.pod = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name=event["name"], namespace=event["namespace"]))
             last_seen = event.get(LAST_SEEN_KEY)  # what the trigger's watch saw of it last
             node = ((last_seen or {}).get("spec") or {}).get("nodeName")
-            self._after_failure(context, classify_deleted_pod(last_seen, self._node_stays(node)), error)
+            stays = self._node_stays(node)
+            self._outcome = classify_deleted_pod(last_seen, stays, self.base_container_name)
+            if self._outcome.outcome is Outcome.SUCCEEDED:  # its workload had ended with 0 before the deletion
+                self._succeeded_gone(event["name"], last_seen, node, stays)
+                return self._succeed(context, None)
+            self._after_failure(context, self._outcome, error)
             self.execute_async(context)  # a new pod, and defer again
             return None
         except Exception as error:
@@ -362,12 +396,20 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
                 self.execute_async(context)  # the image cannot start the profiler's wrapper: another way
                 return None
             if self._outcome is None and self._dropped is not None:  # gone (404) while KPO waited for it
-                self._outcome = classify_deleted_pod(to_dict(self._dropped), None)
+                dropped = self.pod_manager.last_seen(self._dropped) or to_dict(self._dropped)
+                self._outcome = classify_deleted_pod(dropped, None, self.base_container_name)
+                if self._outcome.outcome is Outcome.SUCCEEDED and not self._killed:
+                    self._succeeded_gone(self._dropped.metadata.name, dropped, None, None)
+            if self._gone_succeeded and not self._killed:
+                return self._succeed(context, None)
             if self._outcome is None or self._killed or self._outcome.outcome is Outcome.SUCCEEDED:
                 raise
             self._after_failure(context, self._outcome, error)
             self.execute_async(context)
             return None
+        if event.get("status") == "success" and self.pod is None and not self._gone_succeeded:
+            # KPO found the pod gone (404) after the trigger saw it succeed, and returned without its log
+            self._succeeded_gone(event["name"], event.get(LAST_SEEN_KEY), None, None)
         return self._succeed(context, result)
 
     def _clean(self, event: dict[str, Any], result: dict[Any, Any] | None, context: Context) -> None:

@@ -33,7 +33,7 @@ from airflow_gpu.spot.start_failure import missing_program
 from airflow_gpu.triggers.pod_replacement import same_task_try
 from airflow_gpu.utils.api_retry import call
 from airflow_gpu.utils.kubernetes import to_dict
-from airflow_gpu.utils.results import WorkloadOutput, read_output
+from airflow_gpu.utils.results import RESULT_MARKER, WorkloadOutput, read_output
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -45,7 +45,36 @@ LOG = logging.getLogger(__name__)
 
 class RetryingPodManager(PodManager):
     """KPO's pod manager with its API calls asked again as ``api_retry`` does (a budget of minutes, not 5 tries),
-    and a create that is sent once per transient failure, never again on 409 (the operator reads that)."""
+    and a create that is sent once per transient failure, never again on 409 (the operator reads that).
+
+    It also remembers what it saw, for a pod that is gone before the operator reads its end (issue 26: a
+    drain deleted a succeeded pod, which was taken for a preemption and run again): each pod as it last
+    read it (``last_seen``) and the result lines of the logs it followed (``followed_results``), so the
+    operator can tell that the pod had succeeded and still push its result.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._last_seen: dict[str, dict[str, Any]] = {}
+        self._followed: list[tuple[str, str]] = []  # (container, result line) of the logs followed
+
+    def last_seen(self, pod: k8s.V1Pod) -> dict[str, Any] | None:
+        """The pod as this manager last read it (an API dict); None if it never read it."""
+        return self._last_seen.get(_name(pod))
+
+    def followed_results(self, container: str) -> list[str]:
+        """The result lines (``RESULT_MARKER``) of ``container``'s log that were followed since ``forget``."""
+        return [line for name, line in self._followed if name == container]
+
+    def forget(self) -> None:
+        """Start a new pod: nothing seen of it yet."""
+        self._last_seen.clear()
+        self._followed.clear()
+
+    def _log_message(self, message: str, container_name: str, *args: Any, **kwargs: Any) -> None:
+        """KPO's, keeping the result lines: the pod may be gone before its log can be read again."""
+        self._followed.extend((container_name, line) for line in message.splitlines() if line.startswith(RESULT_MARKER))
+        super()._log_message(message, container_name, *args, **kwargs)
 
     def create_pod(self, pod: k8s.V1Pod) -> k8s.V1Pod:
         created: k8s.V1Pod = call(lambda: self.run_pod_async(pod), f"creating pod {_name(pod)}", log=self.log)
@@ -59,6 +88,7 @@ class RetryingPodManager(PodManager):
     def read_pod(self, pod: k8s.V1Pod) -> k8s.V1Pod:
         read: k8s.V1Pod = call(lambda: _unwrapped(PodManager.read_pod)(self, pod), f"reading pod {_name(pod)}",
                                log=self.log)  # fmt: skip
+        self._last_seen[_name(pod)] = to_dict(read)
         if self._starting and read.status is not None and read.status.phase == "Pending":
             for status in read.status.container_statuses or []:  # CRI-O keeps it Pending, retrying for ever
                 if program := missing_program(to_dict(read), status.name):

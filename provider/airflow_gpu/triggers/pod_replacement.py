@@ -27,7 +27,14 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from airflow_gpu.profiling import wrapper_forms
-from airflow_gpu.spot.classifier import Classification, Outcome, classify_deleted_pod, classify_pod, pod_ended_at
+from airflow_gpu.spot.classifier import (
+    Classification,
+    Outcome,
+    classify_deleted_pod,
+    classify_pod,
+    completed_before_deletion,
+    pod_ended_at,
+)
 from airflow_gpu.spot.policy import Decision, SpotPolicy
 from airflow_gpu.spot.run import SpotRun
 from airflow_gpu.spot.start_failure import missing_program, names_program
@@ -79,8 +86,12 @@ class PodReplacement:
     # --- deciding -----------------------------------------------------------------------
 
     def classify(self, last_seen: dict[str, Any] | None, deleted: bool, node_stays: bool | None) -> Classification:
+        """How the pod ended. A pod whose base container exited 0 before a drain, PodGC or a person deleted or
+        disrupted it succeeded (``completed_before_deletion``): it is never replaced, run again (issue 26)."""
+        if completed_before_deletion(last_seen, self.base_container):
+            return Classification(Outcome.SUCCEEDED, "Succeeded", exit_code=0)
         if deleted:
-            return classify_deleted_pod(last_seen, node_stays)
+            return classify_deleted_pod(last_seen, node_stays, self.base_container)
         if last_seen is None:  # never seen, and not seen deleted: nothing tells an interruption
             return Classification(Outcome.UNKNOWN, "NotSeen", "the trigger saw no state of the pod")
         return classify_pod(last_seen)

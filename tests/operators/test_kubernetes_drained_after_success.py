@@ -1,0 +1,150 @@
+"""A pod that succeeded and was then deleted by a node drain before the operator read its end (issue 26).
+
+The soak's defect: the pod printed its result line and exited 0, a drain (cordon, then the Eviction
+API) deleted the completed pod, and the operator, finding it gone on a cordoned node, took it for a
+preemption and ran the workload again. A pod last seen ``Succeeded`` is a success whatever happened
+to it afterwards: one pod ever, no interruption recorded, the task succeeds. Both paths: the
+worker's own wait (sync) and the trigger's (deferred), against the Kubernetes emulator over HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import TaskDeferred
+from kubernetes import client, config
+
+from airflow_gpu.operators.kubernetes import GPUKubernetesOperator
+from airflow_gpu.testing.kubernetes.cluster import NodeSpec
+from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
+from airflow_gpu.testing.polling import wait_for
+from airflow_gpu.triggers.kubernetes import LAST_SEEN_KEY
+from airflow_gpu.utils.results import INTERRUPTIONS_XCOM_KEY
+from tests.operators.task_context import Store, Ti
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fast_api_backoff")]
+
+RESULT = "echo '::airflow-gpu-result::{\"loss\": 0.5}'"
+
+
+def api(emulator: KubernetesEmulator) -> client.CoreV1Api:
+    return client.CoreV1Api(config.new_client_from_config(config_file=str(emulator.kubeconfig_path)))
+
+
+@pytest.fixture
+def spot_l4(kubernetes_emulator: KubernetesEmulator) -> KubernetesEmulator:
+    """The demo cluster with a spot L4 node: its spot nodes are H100s, its L4 node on-demand, so a spot L4
+    pod would stay Pending (unschedulable) until ``capacity_timeout``."""
+    node = NodeSpec("gpu-spot-l4", "L4:4", "spot", "g6.24xlarge", {"cpu": "96", "memory": "384Gi"})
+    kubernetes_emulator.add_node(node)
+    return kubernetes_emulator
+
+
+def operator(emulator: KubernetesEmulator, **kwargs: Any) -> GPUKubernetesOperator:
+    return GPUKubernetesOperator(
+        task_id="train", name="train", accelerator="L4", capacity="spot", cmds=["sh", "-c", RESULT],
+        gpu_profile=False, namespace="default", kubernetes_conn_id=None,
+        config_file=str(emulator.kubeconfig_path), **kwargs,
+    )  # fmt: skip
+
+
+def context() -> Any:
+    return {"ti": Ti(task_id="train"), "run_id": "manual__1", "dag": None, "task_state_store": Store()}
+
+
+def drain_when_succeeded(emulator: KubernetesEmulator, name: str) -> None:
+    """Wait until the pod is ``Succeeded``, then drain its node and wait until the pod is gone."""
+    core = api(emulator)
+    pod = wait_for(lambda: (p := core.read_namespaced_pod(name, "default")).status.phase == "Succeeded" and p, 60,
+                   "the pod to succeed")  # fmt: skip
+    assert name in emulator.drain(pod.spec.node_name)
+    wait_for(lambda: not [p for p in core.list_namespaced_pod("default").items if p.metadata.name == name], 30,
+             "the drained pod to be gone")  # fmt: skip
+
+
+def pods_ever(emulator: KubernetesEmulator) -> list[str]:
+    """Every pod the namespace ever had, deleted ones included (the emulator's phase clock)."""
+    return [entry["name"] for entry in emulator.pod_phase_times("default")]
+
+
+def test_a_pod_drained_after_it_succeeded_is_a_success_not_a_preemption(spot_l4: KubernetesEmulator) -> None:
+    """Sync: KPO has followed the log (the result line among it) and seen the base container end; the drain
+    deletes the pod before KPO reads the pod's end. Before, the operator classified the pod as it was created
+    (Pending, on a cordoned node): a preemption, and it ran the workload again."""
+    op = operator(spot_l4)
+    original = op.pod_manager.await_pod_completion
+    drained: list[str] = []
+
+    def drained_first(pod: Any, *args: Any, **kwargs: Any) -> Any:
+        if not drained:  # the first pod only: a re-run would succeed, and be counted
+            drained.append(pod.metadata.name)
+            drain_when_succeeded(spot_l4, pod.metadata.name)
+        return original(pod, *args, **kwargs)
+
+    op.pod_manager.await_pod_completion = drained_first  # type: ignore[method-assign]
+    ctx = context()
+    assert op.execute(ctx) == {"loss": 0.5}
+    assert pods_ever(spot_l4) == drained, pods_ever(spot_l4)  # one pod ever: never run again
+    assert ctx["ti"].xcom[INTERRUPTIONS_XCOM_KEY] == []  # no interruption recorded
+    assert ctx["ti"].xcom["return_value"] == {"loss": 0.5}  # from the result line followed before the drain
+
+
+def test_a_deferred_pod_drained_after_it_succeeded_is_a_success_not_a_preemption(
+    spot_l4: KubernetesEmulator, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Deferred: the trigger saw the pod succeed; a drain deletes it before the task resumes. The task
+    succeeds, runs nothing again, and says that the result could not be read and why (the worker had
+    followed no log line: the trigger waits without reading it)."""
+    ctx = context()
+    with pytest.raises(TaskDeferred) as deferred:
+        operator(spot_l4, deferrable=True).execute(ctx)
+
+    async def first_event() -> dict[str, Any]:
+        async for event in deferred.value.trigger.run():
+            return dict(event.payload)
+        raise AssertionError("no event")
+
+    event = asyncio.run(asyncio.wait_for(first_event(), 120))
+    assert event["status"] == "success", event
+    drain_when_succeeded(spot_l4, event["name"])
+    capfd.readouterr()
+    assert operator(spot_l4, deferrable=True).trigger_reentry(ctx, event, **deferred.value.kwargs) is None
+    assert pods_ever(spot_l4) == [event["name"]], pods_ever(spot_l4)
+    assert ctx["ti"].xcom[INTERRUPTIONS_XCOM_KEY] == []
+    assert "return_value" not in ctx["ti"].xcom
+    said = capfd.readouterr().out
+    assert "deleted after it succeeded, before its result could be read" in said, said
+
+
+def test_a_deferred_pod_whose_workload_ended_before_the_drain_is_not_replaced(spot_l4: KubernetesEmulator) -> None:
+    """Deferred, the pod deleted while the trigger waited: the watch's last state shows the base container
+    ended with exit 0 and then the drain's ``DisruptionTarget`` (a sidecar kept the pod Running). The worker
+    resumes with the ``failed`` event and that state, finds the pod gone, and succeeds: nothing runs again."""
+    ctx = context()
+    with pytest.raises(TaskDeferred) as deferred:
+        operator(spot_l4, deferrable=True).execute(ctx)
+    name = deferred.value.trigger.pod_name
+    core = api(spot_l4)
+    pod = wait_for(lambda: (p := core.read_namespaced_pod(name, "default")).status.phase == "Succeeded" and p, 60,
+                   "the pod to succeed")  # fmt: skip
+    last_seen = core.api_client.sanitize_for_serialization(pod)
+    finished = last_seen["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"]
+    last_seen["status"]["phase"] = "Running"  # its base container ended, a sidecar still ran
+    drained_at = (datetime.fromisoformat(finished.replace("Z", "+00:00")) + timedelta(seconds=5)).strftime(
+        "%Y-%m-%dT%H:%M:%SZ"
+    )
+    last_seen["status"]["conditions"].append(
+        {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+         "message": "Eviction API: evicting", "lastTransitionTime": drained_at}
+    )  # fmt: skip
+    spot_l4.drain(pod.spec.node_name)
+    wait_for(lambda: not [p for p in core.list_namespaced_pod("default").items if p.metadata.name == name], 30,
+             "the drained pod to be gone")  # fmt: skip
+    event = {"status": "failed", "namespace": "default", "name": name, "message": f"Pod default/{name} was deleted",
+             "last_log_time": None, LAST_SEEN_KEY: last_seen}  # fmt: skip
+    assert operator(spot_l4, deferrable=True).trigger_reentry(ctx, event, **deferred.value.kwargs) is None
+    assert pods_ever(spot_l4) == [name], pods_ever(spot_l4)
+    assert ctx["ti"].xcom[INTERRUPTIONS_XCOM_KEY] == []
