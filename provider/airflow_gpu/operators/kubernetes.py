@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any, NoReturn
 try:
     from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import add_unique_suffix
     from airflow.providers.cncf.kubernetes.operators.pod import POD_IDENTIFIER_STATE_KEY, KubernetesPodOperator
-    from airflow.providers.cncf.kubernetes.utils.pod_manager import PodNotFoundException
     from kubernetes.client import models as k8s
     from kubernetes.client.exceptions import ApiException
 except ImportError as error:  # pragma: no cover - depends on the installed extras
@@ -49,7 +48,7 @@ from airflow_gpu.links.profile import GPUProfileLink
 from airflow_gpu.operators import kubernetes_profiler
 from airflow_gpu.operators.gpu_profile import check_interval, profiled_by_default
 from airflow_gpu.operators.kubernetes_pod import STATE_ANNOTATION, dress, placement
-from airflow_gpu.operators.kubernetes_reads import ClusterReads, RetryingPodManager, lost_create
+from airflow_gpu.operators.kubernetes_reads import UNREAD, ClusterReads, RetryingPodManager, lost_create
 from airflow_gpu.operators.kubernetes_resume import PodDeferral
 from airflow_gpu.operators.kubernetes_takeover import succeeded_unread, take_over
 from airflow_gpu.operators.retry_handover import live
@@ -59,7 +58,6 @@ from airflow_gpu.spot.classifier import Classification, Outcome, classify_delete
 from airflow_gpu.spot.policy import Capacity, SpotPolicy
 from airflow_gpu.spot.run import SpotRun
 from airflow_gpu.triggers.interruption_log import log_interruptions
-from airflow_gpu.triggers.kubernetes import LAST_SEEN_KEY, NEXT_KEY, STATE_KEY
 from airflow_gpu.utils.api_retry import call
 from airflow_gpu.utils.kubernetes import to_dict
 from airflow_gpu.utils.pod_identity import identity_mismatch
@@ -67,8 +65,6 @@ from airflow_gpu.utils.results import ResultError, WorkloadOutput, missing_resul
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
-
-UNREAD = "the pod was gone before its log could be read"
 
 
 class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
@@ -356,67 +352,6 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
                 self._after_failure(context, self._outcome, error)
                 continue
             return self._succeed(context, result)
-
-    def trigger_reentry(self, context: Context, event: dict[str, Any], gpu_state: dict[str, Any] | None = None) -> Any:
-        """KPO's re-entry from the trigger, with the same classify-and-resubmit as ``execute_sync``."""
-        deferred, gpu_state = gpu_state, event.get(STATE_KEY) or gpu_state  # the trigger's, if it carried the run on
-        if gpu_state is not None:
-            self._restore(gpu_state, "carried through the deferral")
-        else:  # ``dag.test()`` resumes with the event only; the pod carries the same state
-            with contextlib.suppress(ApiException):
-                self._restore_from_pod(self.client.read_namespaced_pod(event["name"], event["namespace"]))
-        self.spot_run.submitted(event["name"])
-        self._outcome = self._dropped = self._output = self._ended = None
-        self._unread, self._gone_succeeded = UNREAD, False
-        self.pod_manager.forget()
-        self._replay_trigger_pods(context, event, deferred)  # KPO's callbacks and events for the trigger's pods
-        if event.get(NEXT_KEY):  # the trigger recorded the pod's end and decided, but could not create the next
-            self._create_next(context, event)
-            return None
-        try:
-            result = super().trigger_reentry(context, event)
-        except AirflowSkipException:
-            raise
-        except PodNotFoundException as error:  # gone before we could look: preempted with its node?
-            if self._killed:
-                raise
-            self.pod = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name=event["name"], namespace=event["namespace"]))
-            last_seen = event.get(LAST_SEEN_KEY)  # what the trigger's watch saw of it last
-            node = ((last_seen or {}).get("spec") or {}).get("nodeName")
-            stays = self._node_stays(node)
-            self._outcome = classify_deleted_pod(last_seen, stays, self.base_container_name)
-            if self._outcome.outcome is Outcome.SUCCEEDED:  # its workload had ended with 0 before the deletion
-                self._succeeded_gone(event["name"], last_seen, node, stays)
-                return self._succeed(context, None)
-            self._after_failure(context, self._outcome, error)
-            self.execute_async(context)  # a new pod, and defer again
-            return None
-        except Exception as error:
-            if not self._killed and kubernetes_profiler.fall_back(self, context, self._ended):
-                self.execute_async(context)  # the image cannot start the profiler's wrapper: another way
-                return None
-            if self._outcome is None and self._dropped is not None:  # gone (404) while KPO waited for it
-                dropped = self.pod_manager.last_seen(self._dropped) or to_dict(self._dropped)
-                self._outcome = classify_deleted_pod(dropped, None, self.base_container_name)
-                if self._outcome.outcome is Outcome.SUCCEEDED and not self._killed:
-                    self._succeeded_gone(self._dropped.metadata.name, dropped, None, None)
-            if self._gone_succeeded and not self._killed:
-                return self._succeed(context, None)
-            if self._outcome is None or self._killed or self._outcome.outcome is Outcome.SUCCEEDED:
-                raise
-            self._after_failure(context, self._outcome, error)
-            self.execute_async(context)
-            return None
-        if event.get("status") == "success" and self.pod is None and not self._gone_succeeded:
-            # KPO found the pod gone (404) after the trigger saw it succeed, and returned without its log
-            self._succeeded_gone(event["name"], event.get(LAST_SEEN_KEY), None, None)
-        return self._succeed(context, result)
-
-    def _clean(self, event: dict[str, Any], result: dict[Any, Any] | None, context: Context) -> None:
-        """KPO drops a pod it finds gone (404) while waiting for it; the last read is kept to classify."""
-        seen = self.pod
-        super()._clean(event=event, result=result, context=context)
-        self._dropped = seen if seen is not None and self.pod is None else None
 
     def _succeed(self, context: Context, result: Any) -> Any:
         self.spot_run.finish(self._outcome or Classification(Outcome.SUCCEEDED, "Succeeded"))

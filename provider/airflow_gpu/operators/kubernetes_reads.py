@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from airflow_gpu.operators.kubernetes import GPUKubernetesOperator
 
 LOG = logging.getLogger(__name__)
+#: Why an ended pod's log was not read, until it is.
+UNREAD = "the pod was gone before its log could be read"
 
 
 class RetryingPodManager(PodManager):

@@ -4,10 +4,12 @@
 this mixin (``PodDeferral``) is its deferrable half, kept apart because it deals with what happened
 in the triggerer rather than with the pod the worker built. It swaps KPO's trigger for
 ``GPUPodTrigger`` with the plan of every pod the triggerer may create (``kubernetes_deferral``);
-on resume it creates the next pod itself when the trigger decided to but could not
-(``_create_next``); a deferral that timed out deletes every pod of the try, the trigger's
-included (``_delete_this_try``), since the worker only knows the pod it deferred on; and one whose
-trigger crashed leaves the latest running pod to the next try where that try would take it over,
+on resume (``trigger_reentry``) it judges the pod the task resumed for as the synchronous path
+does (a pod gone after its success is a success: ``kubernetes_reads`` kept its last read) and
+creates the next pod itself when the trigger decided to but could not (``_create_next``); a
+deferral that timed out deletes every pod of the try, the trigger's included
+(``_delete_this_try``), since the worker only knows the pod it deferred on; and one whose trigger
+crashed leaves the latest running pod to the next try where that try would take it over,
 deleting every other, or deletes them all (``_after_trigger_failure``, ``retry_handover``).
 
 KPO calls the user's ``callbacks`` around each pod it creates and, with ``log_events_on_startup``,
@@ -28,16 +30,20 @@ from typing import TYPE_CHECKING, Any, cast
 
 from airflow.providers.cncf.kubernetes.callbacks import ExecutionMode
 from airflow.providers.cncf.kubernetes.triggers.pod import KubernetesPodTrigger
-from airflow.providers.cncf.kubernetes.utils.pod_manager import log_pod_event
-from airflow.sdk.exceptions import TaskDeferralError, TaskDeferralTimeout
+from airflow.providers.cncf.kubernetes.utils.pod_manager import PodNotFoundException, log_pod_event
+from airflow.sdk.exceptions import AirflowSkipException, TaskDeferralError, TaskDeferralTimeout
 from kubernetes.client import models as k8s
 from kubernetes.client.exceptions import ApiException
 
+from airflow_gpu.operators import kubernetes_profiler
 from airflow_gpu.operators.kubernetes_deferral import replacement_plan
+from airflow_gpu.operators.kubernetes_reads import UNREAD
 from airflow_gpu.operators.retry_handover import latest_live, live, why_no_takeover
 from airflow_gpu.operators.spot_task import publish
-from airflow_gpu.triggers.kubernetes import STATE_KEY, GPUPodTrigger
+from airflow_gpu.spot.classifier import Outcome, classify_deleted_pod
+from airflow_gpu.triggers.kubernetes import LAST_SEEN_KEY, NEXT_KEY, STATE_KEY, GPUPodTrigger
 from airflow_gpu.triggers.pod_replacement import submission_name
+from airflow_gpu.utils.kubernetes import to_dict
 
 if TYPE_CHECKING:
     from datetime import timedelta
@@ -118,6 +124,69 @@ class PodDeferral:
             except Exception:  # the trigger's failure is the task's error
                 op.log.exception("Could not settle this try's pods after its trigger failed")
             raise
+
+    def trigger_reentry(self, context: Context, event: dict[str, Any], gpu_state: dict[str, Any] | None = None) -> Any:
+        """KPO's re-entry from the trigger, with the same classify-and-resubmit as ``execute_sync``."""
+        op = _operator(self)
+        deferred, gpu_state = gpu_state, event.get(STATE_KEY) or gpu_state  # the trigger's, if it carried the run on
+        if gpu_state is not None:
+            op._restore(gpu_state, "carried through the deferral")
+        else:  # ``dag.test()`` resumes with the event only; the pod carries the same state
+            with contextlib.suppress(ApiException):
+                op._restore_from_pod(op.client.read_namespaced_pod(event["name"], event["namespace"]))
+        op.spot_run.submitted(event["name"])
+        op._outcome = op._dropped = op._output = op._ended = None
+        op._unread, op._gone_succeeded = UNREAD, False
+        op.pod_manager.forget()
+        op._replay_trigger_pods(context, event, deferred)  # KPO's callbacks and events for the trigger's pods
+        if event.get(NEXT_KEY):  # the trigger recorded the pod's end and decided, but could not create the next
+            op._create_next(context, event)
+            return None
+        try:
+            result = super().trigger_reentry(context, event)  # type: ignore[misc]
+        except AirflowSkipException:
+            raise
+        except PodNotFoundException as error:  # gone before we could look: preempted with its node?
+            if op._killed:
+                raise
+            op.pod = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name=event["name"], namespace=event["namespace"]))
+            last_seen = event.get(LAST_SEEN_KEY)  # what the trigger's watch saw of it last
+            node = ((last_seen or {}).get("spec") or {}).get("nodeName")
+            stays = op._node_stays(node)
+            op._outcome = classify_deleted_pod(last_seen, stays, op.base_container_name)
+            if op._outcome.outcome is Outcome.SUCCEEDED:  # its workload had ended with 0 before the deletion
+                op._succeeded_gone(event["name"], last_seen, node, stays)
+                return op._succeed(context, None)
+            op._after_failure(context, op._outcome, error)
+            op.execute_async(context)  # a new pod, and defer again
+            return None
+        except Exception as error:
+            if not op._killed and kubernetes_profiler.fall_back(op, context, op._ended):
+                op.execute_async(context)  # the image cannot start the profiler's wrapper: another way
+                return None
+            if op._outcome is None and op._dropped is not None:  # gone (404) while KPO waited for it
+                dropped = op.pod_manager.last_seen(op._dropped) or to_dict(op._dropped)
+                op._outcome = classify_deleted_pod(dropped, None, op.base_container_name)
+                if op._outcome.outcome is Outcome.SUCCEEDED and not op._killed:
+                    op._succeeded_gone(op._dropped.metadata.name, dropped, None, None)
+            if op._gone_succeeded and not op._killed:
+                return op._succeed(context, None)
+            if op._outcome is None or op._killed or op._outcome.outcome is Outcome.SUCCEEDED:
+                raise
+            op._after_failure(context, op._outcome, error)
+            op.execute_async(context)
+            return None
+        if event.get("status") == "success" and op.pod is None and not op._gone_succeeded:
+            # KPO found the pod gone (404) after the trigger saw it succeed, and returned without its log
+            op._succeeded_gone(event["name"], event.get(LAST_SEEN_KEY), None, None)
+        return op._succeed(context, result)
+
+    def _clean(self, event: dict[str, Any], result: dict[Any, Any] | None, context: Context) -> None:
+        """KPO drops a pod it finds gone (404) while waiting for it; the last read is kept to classify."""
+        op = _operator(self)
+        seen = op.pod
+        super()._clean(event=event, result=result, context=context)  # type: ignore[misc]
+        op._dropped = seen if seen is not None and op.pod is None else None
 
     def _after_trigger_failure(self, context: Context) -> None:
         """The trigger crashed (``__fail__``): the pod it followed, or one it made, runs on. When the next try
