@@ -81,7 +81,9 @@ def test_a_profiled_pod_runs_to_success_under_the_shipped_roles(
     operator(kubeconfig, do_xcom_push=True).execute(ctx)  # KPO reads the sidecar's file by exec
     summary = ctx["ti"].xcom["gpu_profile_summary"]
     assert (summary["instance_type"], summary["capacity"]) == ("g6.24xlarge", "on-demand")  # the node's labels
-    assert pods(kubernetes_emulator) == []  # deleted at the end
+    # Deleted at the end: KPO asks with the pod's grace period, so it may still be terminating (its sidecar
+    # stopping) when execute returns; a pod never deleted is still there after the wait.
+    wait_for(lambda: pods(kubernetes_emulator) == [], 30, "the pod to be deleted")
 
 
 def test_a_deferred_pod_runs_to_success_under_the_shipped_roles(
