@@ -160,6 +160,10 @@ def test_a_training_result_is_judged_by_its_shape() -> None:
     assert training_result_problem(whole, epochs=4) is None
     resumed = {**whole, "losses": [0.1], "start_epoch": 3}
     assert training_result_problem(resumed, epochs=4) is None
+    done_before = {**whole, "losses": [], "start_epoch": 4, "attempt": 2}  # reclaimed after its final checkpoint
+    assert training_result_problem(done_before, epochs=4) is None
+    assert training_result_problem({**done_before, "attempt": 1}, epochs=4)  # a first attempt that trained nothing
+    assert training_result_problem({**done_before, "start_epoch": 5}, epochs=4)  # past the last epoch
     assert training_result_problem({**whole, "losses": [0.1]}, epochs=4)  # stopped early
     assert training_result_problem({**whole, "machines": [0]}, epochs=4)  # both ranks on one machine
     assert training_result_problem(None, epochs=4) == "no result"
