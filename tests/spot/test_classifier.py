@@ -507,6 +507,26 @@ def test_a_workload_that_exited_0_on_the_drains_sigterm_was_preempted() -> None:
     assert not completed_before_deletion(None, "base")
 
 
+def test_a_workload_that_exited_0_on_a_kubelets_shutdown_without_disruptiontarget_was_preempted() -> None:
+    """A kubelet before 1.26 (or without PodDisruptionConditions) ends a pod on a graceful node shutdown or under
+    node pressure with phase Failed and reason ``Terminated`` / ``Evicted`` and no ``DisruptionTarget``
+    (nodeshutdown_manager.go, eviction_manager.go); a workload that checkpoints and exits 0 on that SIGTERM
+    did not finish, though nothing dates the kill, and PodGC's later DELETE of the pod comes after its exit."""
+    for reason, message, outcome in (("Terminated", SHUTDOWN, Outcome.PREEMPTED),
+                                     ("Evicted", MEMORY_PRESSURE, Outcome.EVICTED)):  # fmt: skip
+        killed = pod("Failed", reason=reason, message=message, node="n",
+                     containers=[terminated(0, "Completed", finished="2026-01-01T10:00:11Z")])  # fmt: skip
+        assert not completed_before_deletion(killed, "base"), reason
+        assert classify_deleted_pod(killed, False, "base").outcome is outcome
+        collected = {**killed, "metadata": {"name": "p", "deletionTimestamp": "2026-01-01T10:05:00Z",
+                                            "deletionGracePeriodSeconds": 0}}  # fmt: skip
+        assert not completed_before_deletion(collected, "base"), reason  # PodGC's DELETE after the node went
+    dated = {**disruption("TerminationByKubelet", SHUTDOWN), "lastTransitionTime": "2026-01-01T10:00:20Z"}
+    ended_first = pod("Failed", reason="Terminated", message=SHUTDOWN, conditions=[dated], node="n",
+                      containers=[terminated(0, "Completed", finished="2026-01-01T10:00:02Z")])  # fmt: skip
+    assert completed_before_deletion(ended_first, "base")  # >= 1.26: the condition dates the shutdown
+
+
 # --- properties -----------------------------------------------------------------------------
 
 REASONS = st.sampled_from(

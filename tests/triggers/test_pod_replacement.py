@@ -142,3 +142,18 @@ def test_a_pod_whose_workload_exited_0_before_a_drain_is_never_replaced() -> Non
         assert result.outcome is Outcome.SUCCEEDED and not replacement.replaceable(result), (phase, result)
         late = replacement.classify(seen(phase, "2026-01-01T10:00:11Z"), deleted=deleted, node_stays=False)
         assert replacement.replaceable(late), (phase, late)
+
+
+def test_a_pod_whose_workload_exited_0_on_an_undated_node_shutdown_is_replaced() -> None:
+    """A kubelet before 1.26 ends a pod on a graceful node shutdown with phase Failed, reason ``Terminated`` and
+    no ``DisruptionTarget``: a base container that exited 0 on that SIGTERM (a checkpoint-and-exit loop) was
+    reclaimed, and the trigger replaces the pod, whether the watch saw it left or deleted by PodGC after."""
+    replacement = PodReplacement.from_argument(argument(), "base", "delete_pod")
+    ended = {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": "2026-01-01T10:00:11Z"}}
+    status = {"phase": "Failed", "reason": "Terminated",
+              "message": "Pod was terminated in response to imminent node shutdown.",
+              "containerStatuses": [{"name": "base", "state": ended}]}  # fmt: skip
+    seen = {"metadata": {"name": "train-abc12345"}, "spec": {"nodeName": "n"}, "status": status}
+    for deleted in (False, True):
+        result = replacement.classify(seen, deleted=deleted, node_stays=False)
+        assert result.outcome is Outcome.PREEMPTED and replacement.replaceable(result), (deleted, result)

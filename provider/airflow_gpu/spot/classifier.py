@@ -211,7 +211,9 @@ def completed_before_deletion(pod: Mapping[str, Any] | None, container: str) -> 
     grace period, as ``_killed_by_deletion``) and before its ``DisruptionTarget`` condition was set:
     a drain, PodGC or a person that deletes a completed pod before the task read its end takes
     nothing from the run (issue 26: such a pod was taken for a preemption and run again). A pod seen
-    neither deleting nor disrupted after its exit 0 completed too. False when it cannot be told.
+    neither deleting nor disrupted after its exit 0 completed too. False when it cannot be told, as for
+    a pod the kubelet itself ended (``status.reason`` ``Terminated``, ``Evicted``...) without a dated
+    ``DisruptionTarget`` (a kubelet before 1.26): its exit 0 may have been the shutdown's SIGTERM.
     """
     if pod is None:
         return False
@@ -234,6 +236,8 @@ def completed_before_deletion(pod: Mapping[str, Any] | None, container: str) -> 
     stops = [moment for moment in (deleting, disrupted) if moment is not None]
     if (disruption is not None or metadata.get("deletionTimestamp")) and not stops:
         return False  # deleting or disrupted at an unknown moment: the exit may have been its SIGTERM's
+    if (pod.get("status") or {}).get("reason") in POD_REASONS and disrupted is None:
+        return False  # the kubelet ended it (node shutdown, eviction) at a moment only DisruptionTarget dates
     if finished is None:
         return not stops
     return all(finished < moment - timedelta(seconds=1) for moment in stops)  # whole seconds: strictly before
