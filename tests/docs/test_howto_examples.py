@@ -189,12 +189,28 @@ def test_the_connections_are_what_the_operators_read(monkeypatch: pytest.MonkeyP
         (unquoted,) = shlex.split(value)
         monkeypatch.setenv(name, unquoted)
     kubernetes = KubernetesHook()  # kubernetes_default
-    assert kubernetes._get_field("in_cluster") is True and kubernetes.get_namespace() == "gpu-jobs"
+    assert kubernetes._get_field("in_cluster") is True and kubernetes.get_namespace() == "gpu-tasks"
     assert AwsBaseHook(client_type="batch").conn_config.region_name == "us-east-1"  # aws_default
     # The defaults the page names, on the operators themselves.
     pod = GPUKubernetesOperator(task_id="pod", accelerator="L4", cmds=["true"])
     job = GPUBatchOperator(task_id="job", accelerator="L4", command=["true"], job_queue="q")
     assert (pod.kubernetes_conn_id, job.aws_conn_id) == ("kubernetes_default", "aws_default")
+
+
+def test_the_connections_namespace_is_the_one_the_shipped_rbac_binds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pods sent where the page's connection sends them are allowed there by docs/permissions: the tasks'
+    Role and RoleBinding, and nothing else, grant pods, pods/log, jobs... in one namespace."""
+    import yaml
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+    exports = (EXAMPLES / "connections.sh").read_text()
+    (value,) = re.findall(r"^export AIRFLOW_CONN_KUBERNETES_DEFAULT=(.+)$", exports, re.M)
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", shlex.split(value)[0])
+    namespace = KubernetesHook().get_namespace()
+    rbac = list(yaml.safe_load_all((DOCS / "permissions" / "kubernetes-tasks.yaml").read_text()))
+    namespaced = {(doc["kind"], doc["metadata"]["namespace"]) for doc in rbac if doc["kind"] in {"Role", "RoleBinding"}}
+    assert {kind for kind, _ in namespaced} == {"Role", "RoleBinding"}
+    assert {ns for _, ns in namespaced} == {namespace}, (namespace, namespaced)
 
 
 @pytest.mark.slow
