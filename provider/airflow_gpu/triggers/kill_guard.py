@@ -18,7 +18,7 @@ trigger fires (apache/airflow#37180: both run for a while), ``Trigger.submit_eve
 worker that reads the result, and ``Trigger.clean_unused`` deletes the trigger row: the other
 triggerer's supervisor no longer has it assigned, and its copy is cancelled with
 ``_USER_ACTION_CANCEL_MSG`` and killed, reading one of those states. So the kill itself spares what
-has ended: a pod whose base container has terminated (``triggers.kubernetes.workload_ended``), a
+has ended: a pod whose base container has terminated (``kill_spare.pod_ended``), a
 training Job its controller has judged complete or failed (``spot.training_job.judged``). Those bill
 nothing, and their logs, result and profile are the resumed task's to read and delete; each is read
 before its delete, through the retrying API path, within the kill's budget (``kill_tasks``). An AWS

@@ -12,7 +12,7 @@ Everything else is the official trigger's, inherited: its events (``success``, `
 execution deadline; the schedule and startup timeouts with the same messages; the periodic log
 fetch of ``logging_interval``; ``on_kill`` deleting the pod on Mark Failed (Airflow 3.3+) and the
 older ``cleanup`` path (with a spot run, both delete every pod of the task try), except a pod whose
-workload has ended, which a task resuming from a twin's event reads (``kill_guard``). Every event but
+workload has ended, which a task resuming from a twin's event reads (``kill_spare``). Every event but
 ``success`` carries the pod's last state the watch saw (``gpu_last_seen``): a pod deleted by the time
 the task resumes is still classified from it, so a reclaim is told from a person's delete.
 
@@ -39,7 +39,7 @@ from airflow.providers.cncf.kubernetes.version_compat import AIRFLOW_V_3_3_PLUS
 from airflow.triggers.base import TriggerEvent
 
 from airflow_gpu.spot.start_failure import missing_program
-from airflow_gpu.triggers import cluster, handed_back, kill_guard, kill_tasks
+from airflow_gpu.triggers import cluster, handed_back, kill_guard, kill_spare, kill_tasks
 from airflow_gpu.triggers.cluster import ClusterConnection
 from airflow_gpu.triggers.kubernetes_api import PodState
 from airflow_gpu.triggers.pod_carry_on import LAST_SEEN_KEY as LAST_SEEN_KEY
@@ -161,7 +161,7 @@ class GPUPodTrigger(PodCarryOn, KubernetesPodTrigger):
         try:  # no identity labels (a pod built without a context): only the pods named here
             if selector:
                 found = await cluster.list_objects(self.connection, "pods", self.pod_namespace, selector)
-            running = [p for p in found if not workload_ended(p, self.base_container_name)]
+            running = [p for p in found if not kill_spare.pod_ended(p, self.base_container_name)]
             names |= {p["metadata"]["name"] for p in running if not p["metadata"].get("deletionTimestamp")}
         except Exception as error:  # the current pod goes in any case
             self.log.warning("Could not list this task try's pods (%s: %s)", type(error).__name__, error)
@@ -173,38 +173,13 @@ class GPUPodTrigger(PodCarryOn, KubernetesPodTrigger):
         await asyncio.gather(*(self._delete_pod(name, kill, listed.get(name)) for name in ordered))
 
     async def _delete_pod(self, name: str, kill: kill_tasks.Kill, seen: dict[str, Any] | None = None) -> None:
-        """Delete the pod unless its workload has ended (``seen``: the pod as just listed, else read here).
-
-        An ended workload bills nothing, and the task may be resuming to read it: a twin of this trigger
-        on another triggerer fired on that end (apache/airflow#37180), the task left DEFERRED, and this
-        trigger is cancelled as if a person had killed the task (``kill_guard``). Its log, result line and
-        profile are the resumed task's to read and delete, whatever the task's state. The read goes through
-        the retrying API path (``cluster.read``), bounded by the kill's budget; a pod that cannot be read
-        is deleted: a person's Mark Failed must not leave a GPU running, billed.
-        """
+        """Delete the pod (``seen``: as just listed) unless it has ended or was handed back (``kill_spare``)."""
         kill.aim(self._pod_ref(name))
-        if seen is None:
-            try:
-                seen = await cluster.read(self.connection, "pods", self.pod_namespace, name)
-            except Exception as error:
-                self.log.warning("Could not read pod %s before deleting it (%s: %s)", name, type(error).__name__, error)
-                seen = {}
-            if seen is None:  # gone already
-                kill.stopped(self._pod_ref(name))
-                return
-        if seen and handed_back.by_twin(self, seen):
-            self.log.info(
-                "Pod %s in namespace %s was handed to the task by this trigger's other copy: it is not deleted",
-                name, self.pod_namespace,
-            )  # fmt: skip
-            kill.stopped(self._pod_ref(name))  # the resumed task follows it on, or deletes it
+        if seen is None and (seen := await kill_spare.read(self, "pods", self.pod_namespace, name)) is None:
+            kill.stopped(self._pod_ref(name))  # gone already
             return
-        if seen and workload_ended(seen, self.base_container_name):
-            self.log.info(
-                "Pod %s in namespace %s has ended (%s): it is kept for the task that reads it, not deleted",
-                name, self.pod_namespace, _phase(seen),
-            )  # fmt: skip
-            kill.stopped(self._pod_ref(name))  # nothing runs, nothing is billed
+        ended = bool(seen) and kill_spare.pod_ended(seen, self.base_container_name)
+        if kill_spare.spared(self, kill, f"Pod {self.pod_namespace}/{name}", (self._pod_ref(name),), seen, ended):
             return
         self.log.info("Deleting pod %s in namespace %s.", name, self.pod_namespace)
         try:
@@ -392,16 +367,6 @@ class GPUPodTrigger(PodCarryOn, KubernetesPodTrigger):
 
 def _phase(pod: dict[str, Any]) -> Any:
     return (pod.get("status") or {}).get("phase")
-
-
-def workload_ended(pod: dict[str, Any], container: str) -> bool:
-    """Whether the pod's workload has ended: the pod is Succeeded or Failed, or its ``container`` (the
-    base container) has terminated while a sidecar still runs (the XCom sidecar waits for the resumed
-    task to read the result, then that task ends it)."""
-    if _phase(pod) in ("Succeeded", "Failed"):
-        return True
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    return any(s.get("name") == container and (s.get("state") or {}).get("terminated") for s in statuses)
 
 
 #: What ``define_pod_container_state`` reads of a pod's status: the phase, then the base container's state.

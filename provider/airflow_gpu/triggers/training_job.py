@@ -21,7 +21,7 @@ A trigger that runs again (a triggerer restart) or twice (apache/airflow#37180) 
 first arguments: it finds the latest Job or Service of this task try and takes the run's state
 from its annotation, so that it goes on where it was, records each interruption once and creates
 no second Job. Mark Failed (``on_kill``, Airflow 3.3+; ``cleanup`` before) deletes the Job and
-Service, unless the Job has ended: a task resuming from a twin's event reads it (``kill_guard``). An
+Service, unless the Job has ended: a task resuming from a twin's event reads it (``training_job_kill``). An
 error (say RBAC without ``list jobs``) is an ``error`` event: the worker then watches the Job itself,
 and the Service is marked so that a twin's kill leaves both (``handed_back``).
 
@@ -39,7 +39,6 @@ import time
 from functools import cached_property
 from typing import Any
 
-from airflow.providers.cncf.kubernetes.version_compat import AIRFLOW_V_3_3_PLUS
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_gpu.spot.classifier import Outcome
@@ -57,7 +56,7 @@ from airflow_gpu.spot.training_job import (
     refused,
     to_json,
 )
-from airflow_gpu.triggers import cluster, handed_back, kill_guard, kill_tasks
+from airflow_gpu.triggers import cluster, handed_back
 from airflow_gpu.triggers.interruption_log import log_interruptions
 from airflow_gpu.triggers.job_replacement import JobReplacement
 from airflow_gpu.triggers.kubernetes import LOG_TAIL_LINES, STATE_KEY
@@ -65,10 +64,11 @@ from airflow_gpu.triggers.kubernetes_api import JOBS, slim
 from airflow_gpu.triggers.pod_replacement import IDENTITY_LABELS
 from airflow_gpu.triggers.pod_watch import SharedPodWatch
 from airflow_gpu.triggers.resume_dwell import dwell
+from airflow_gpu.triggers.training_job_kill import TrainingJobKill
 from airflow_gpu.utils.training_job import DELETE_WAIT_SECONDS, JOB_LABEL, job_name, newest, saved_state
 
 
-class GPUTrainingJobTrigger(BaseTrigger):
+class GPUTrainingJobTrigger(TrainingJobKill, BaseTrigger):
     """Waits for a training Job; carries the spot run on through its replacements.
 
     :param job_name: the Job the worker deferred on.
@@ -344,103 +344,3 @@ class GPUTrainingJobTrigger(BaseTrigger):
             for line in text.splitlines():
                 if line.strip() and not line.startswith("::airflow-gpu-"):  # result, profile: the last Job's
                     self.log.info("[machine %s] %s", rank_of(pod), line)
-
-    # --- Mark Failed ----------------------------------------------------------------------------
-
-    async def on_kill(self) -> None:
-        """Mark Failed on the deferred task (Airflow 3.3+): the training must not run on, billed."""
-        # Owned and bounded (``kill_tasks``): the trigger runner cancels a removed trigger again at every
-        # turn of its loop until its task ends, and ``run_trigger`` swallows the cancel that reaches
-        # ``on_kill``: the kill runs on as a task of its own, its deletes retried within the budget.
-        await kill_tasks.run(f"Deleting training Job {self.namespace}/{self.current}", self.log, self._kill)
-
-    async def _kill(self, kill: kill_tasks.Kill) -> None:
-        if self._fired or await kill_guard.handed_over(self):  # moved to another triggerer: it follows the Job
-            return
-        names = {self.current}
-        kill.aim(*self._refs(self.current))
-        listed: dict[tuple[str, str], dict[str, Any]] | None = None
-        try:
-            found = await self._objects()
-            names |= {o["metadata"]["name"] for o in found}
-            listed = {(o["kind"], o["metadata"]["name"]): o for o in found}
-        except Exception as error:  # the current Job goes in any case
-            self.log.warning("Could not list this try's training Jobs (%s)", error)
-        # All at once, the current Job first: each delete may be throttled and retried (429 with Retry-After),
-        # and one at a time they could outlast ``[triggerer] on_kill_timeout`` before the running Job, the
-        # billed one, is reached.
-        ordered = [self.current, *sorted(names - {self.current})]
-        for name in ordered:
-            kill.aim(*self._refs(name))
-        await asyncio.gather(*(self._delete_run(name, listed, kill) for name in ordered))
-
-    async def _delete_run(
-        self, name: str, listed: dict[tuple[str, str], dict[str, Any]] | None, kill: kill_tasks.Kill
-    ) -> None:
-        """Delete the Job and its Service, unless the Job controller has judged the Job (complete or failed).
-
-        A judged Job bills nothing (a failed Job's pods are being stopped by its controller), and the task
-        may be resuming to read it: a twin of this trigger on another triggerer fired on its end
-        (apache/airflow#37180), the task left DEFERRED, and this trigger is cancelled as if a person had
-        killed the task (``kill_guard``). The main machine's log, result and profile are the resumed task's
-        to read (its Foreground delete would take the pods with it), whatever the task's state. ``job`` is
-        the Job as just listed, else it is read here through the retrying API path, bounded by the kill's
-        budget; one that cannot be read is deleted: Mark Failed must not leave GPUs running, billed.
-
-        A Job still running is kept too when this trigger's other copy handed it to the worker (an
-        ``error`` event: the worker watches it on), as the mark on its Service says (``handed_back``).
-        """
-        job, service = (listed or {}).get(("Job", name)), (listed or {}).get(("Service", name))
-        if listed is None or job is None:
-            try:
-                job = await cluster.read(self.connection, "jobs", self.namespace, name)
-                if listed is None:
-                    service = await cluster.read(self.connection, "services", self.namespace, name)
-            except Exception as error:
-                self.log.warning("Could not read training Job %s before deleting it (%s)", name, error)
-        if handed_back.by_twin(self, service):
-            self.log.info(
-                "Training Job %s/%s was handed to the worker by this trigger's other copy: it is not deleted",
-                self.namespace, name,
-            )  # fmt: skip
-            for ref in self._refs(name):
-                kill.stopped(ref)  # the worker follows it on, and deletes it at the end
-            return
-        if job is not None and judged(job):
-            self.log.info(
-                "Training Job %s/%s has ended: it and its Service are kept for the task that reads them, not deleted",
-                self.namespace, name,
-            )  # fmt: skip
-            for ref in self._refs(name):
-                kill.stopped(ref)  # nothing runs, nothing is billed
-            return
-        self.log.info("Deleting training Job %s/%s and its Service", self.namespace, name)
-        await asyncio.gather(*(self._delete_object(kind, name, kill) for kind in ("jobs", "services")))
-
-    def _refs(self, name: str) -> tuple[str, str]:
-        return f"training Job {self.namespace}/{name}", f"Service {self.namespace}/{name}"
-
-    async def _delete_object(self, plural: str, name: str, kill: kill_tasks.Kill) -> None:
-        options = {"propagation_policy": "Foreground"} if plural == "jobs" else {}
-        try:
-            await cluster.delete(self.connection, plural, self.namespace, name, **options)
-        except Exception:
-            self.log.exception("Could not delete %s %s", plural[:-1], name)
-            return
-        kill.stopped(self._refs(name)[0 if plural == "jobs" else 1])
-
-    async def cleanup(self) -> None:
-        """Before Airflow 3.3 the triggerer calls only this, also on a restart: the Job goes only when the
-        task is no longer deferred (killed by a person), as the official trigger decides for its pod."""
-        if AIRFLOW_V_3_3_PLUS or self._fired:
-            return
-        # Owned and bounded (``kill_tasks``): Airflow 3.2's runner cancels the trigger again at every turn of
-        # its loop until its task ends (see GPUPodTrigger.cleanup).
-        await kill_tasks.run(f"Cleaning up training Job {self.namespace}/{self.current}", self.log, self._after_cancel)
-
-    async def _after_cancel(self, kill: kill_tasks.Kill) -> None:
-        deferred = await kill_guard.still_deferred(self)  # in the loop: see kill_guard.still_deferred
-        if deferred is None:
-            self.log.warning("Could not tell the task's state; the training Job is left running")
-        elif not deferred:
-            await self._kill(kill)
