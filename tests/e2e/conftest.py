@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,6 +28,22 @@ BIN = Path(sys.executable).parent
 STACK_PARALLELISM = 8
 #: A viewer of the shared stack who may read ``gpu_fanout`` only.
 OUTSIDER = "outsider"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test of the shared stack shows the end of the api-server's and scheduler's logs: an
+    "Internal Server Error" in the browser or the REST API says nothing of its cause, and the stack's
+    home does not outlive the run (CI keeps the test output only)."""
+    report = yield
+    funcargs = getattr(item, "funcargs", {})
+    if report.failed and "airflow_stack" in funcargs:
+        stack = funcargs["airflow_stack"][0]
+        for part in ("api-server", "scheduler"):
+            report.sections.append((f"{part} log (last lines)", stack.log_tail(part)))
+    return report
 
 
 @pytest.fixture(scope="session")
@@ -88,6 +104,13 @@ def airflow_stack(
             dags,
             extra_env={
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": stack_database,
+                # One api-server process answers every task's Execution API calls, the triggerer's, the
+                # tests' polls and the browser, and checks each token against the revoked-token table:
+                # with Airflow's 5 + 10 connections, a slow CI machine's burst (heartbeats of eight tasks,
+                # XCom pushes) can leave a request waiting out the pool's 30 s and answering 500 (CI at
+                # stop 33: every page of the browser test). 4 parts x 30 stay under PostgreSQL's 200.
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_POOL_SIZE": "10",
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_MAX_OVERFLOW": "20",
                 # apache/airflow#72716: the scheduler drained a deferring worker's executor event 18 s
                 # after the deferral with forty-odd tasks on two cores; 10 s (the default) is for a
                 # scheduler that keeps up (triggers/resume_dwell.py).

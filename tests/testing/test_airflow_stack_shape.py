@@ -73,3 +73,34 @@ def test_the_celery_executor_loads_with_the_installed_celery() -> None:
     assert CeleryExecutor.__module__.endswith("celery_executor")
 
     assert callable(celery_executor_utils.execute_workload)  # what a worker runs for each task
+
+
+def test_a_request_the_api_server_keeps_failing_carries_the_end_of_its_log(tmp_path: Path) -> None:
+    """CI keeps only the test output, not the stack's home: a 500 that outlasts the retries names its cause.
+    The api-server is a plain HTTP server here that answers 500 to everything (a boundary this test owns)."""
+    import http.server
+    import threading
+    import urllib.error
+
+    class Failing(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_error(500)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Failing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        failing = AirflowStack(tmp_path, tmp_path, port=server.server_address[1])
+        (tmp_path / "logs").mkdir()
+        lines = [f"line {n}" for n in range(100)] + ["sqlalchemy.exc.TimeoutError: QueuePool limit reached"]
+        (tmp_path / "logs" / "api-server.log").write_text("\n".join(lines) + "\n")
+        with pytest.raises(urllib.error.HTTPError) as raised:
+            failing.request("GET", "/api/v2/dags/x", auth=False, attempts=2)
+    finally:
+        server.shutdown()
+    assert raised.value.code == 500
+    (note,) = raised.value.__notes__
+    assert note.splitlines()[0] == "the api-server's log ends:"
+    assert note.splitlines()[1:] == lines[-60:]  # the last 60 lines, the cause among them

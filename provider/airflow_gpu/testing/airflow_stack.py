@@ -246,6 +246,17 @@ class AirflowStack:
         self.processes.clear()
         self.parts.clear()
 
+    def log_tail(self, part: str, lines: int = 60) -> str:
+        """The last ``lines`` lines of one part's log: what a failed test shows, since the stack's
+        home is gone with the machine that ran it (CI keeps only the test output)."""
+        path = self.home / "logs" / f"{part}.log"
+        if not path.exists():
+            return f"(no log at {path})"
+        with path.open("rb") as log:
+            log.seek(max(log.seek(0, os.SEEK_END) - 256 * 1024, 0))
+            tail = log.read().decode(errors="replace").splitlines()[-lines:]
+        return "\n".join(tail)
+
     def __enter__(self) -> AirflowStack:
         return self.start()
 
@@ -262,8 +273,9 @@ class AirflowStack:
             self._token = str(answer["access_token"])
         return self._token
 
-    def request(self, method: str, path: str, body: Any = None, auth: bool = True, attempts: int = 5) -> Any:
-        """One REST call; a 5xx answer is tried again, up to ``attempts`` times in all.
+    def request(self, method: str, path: str, body: Any = None, auth: bool = True, attempts: int = 6) -> Any:
+        """One REST call; a 5xx answer is tried again, up to ``attempts`` times in all, 0.5 s after the first
+        and twice as long after each next one (15.5 s in all, as Airflow's workers back off exponentially).
 
         On SQLite a burst of writers (a dozen tasks starting at once) can leave one request
         waiting out the 5 s busy timeout: the API server answers 500 and has rolled the request's
@@ -282,9 +294,11 @@ class AirflowStack:
                     raw = response.read()
                 return json.loads(raw) if raw else None
             except urllib.error.HTTPError as error:
+                if error.code >= 500 and attempt == attempts:
+                    error.add_note(f"the api-server's log ends:\n{self.log_tail('api-server')}")
                 if error.code < 500 or attempt == attempts:
                     raise
-                time.sleep(0.5 * attempt)
+                time.sleep(0.5 * 2 ** (attempt - 1))  # a burst of writers can hold SQLite for several 5 s waits
         raise AssertionError("unreachable")
 
     def wait_for_dag(self, dag_id: str, timeout: float = 180) -> dict[str, Any]:
