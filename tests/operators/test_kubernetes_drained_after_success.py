@@ -22,6 +22,7 @@ from airflow_gpu.testing.kubernetes.cluster import NodeSpec
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 from airflow_gpu.testing.polling import wait_for
 from airflow_gpu.triggers.kubernetes import LAST_SEEN_KEY
+from airflow_gpu.triggers.result_tail import RESULT_LINE_KEY
 from airflow_gpu.utils.results import INTERRUPTIONS_XCOM_KEY
 from tests.operators.task_context import Store, Ti
 
@@ -43,9 +44,9 @@ def spot_l4(kubernetes_emulator: KubernetesEmulator) -> KubernetesEmulator:
     return kubernetes_emulator
 
 
-def operator(emulator: KubernetesEmulator, **kwargs: Any) -> GPUKubernetesOperator:
+def operator(emulator: KubernetesEmulator, script: str = RESULT, **kwargs: Any) -> GPUKubernetesOperator:
     return GPUKubernetesOperator(
-        task_id="train", name="train", accelerator="L4", capacity="spot", cmds=["sh", "-c", RESULT],
+        task_id="train", name="train", accelerator="L4", capacity="spot", cmds=["sh", "-c", script],
         gpu_profile=False, namespace="default", kubernetes_conn_id=None,
         config_file=str(emulator.kubeconfig_path), **kwargs,
     )  # fmt: skip
@@ -92,15 +93,11 @@ def test_a_pod_drained_after_it_succeeded_is_a_success_not_a_preemption(spot_l4:
     assert ctx["ti"].xcom["return_value"] == {"loss": 0.5}  # from the result line followed before the drain
 
 
-def test_a_deferred_pod_drained_after_it_succeeded_is_a_success_not_a_preemption(
-    spot_l4: KubernetesEmulator, capfd: pytest.CaptureFixture[str]
-) -> None:
-    """Deferred: the trigger saw the pod succeed; a drain deletes it before the task resumes. The task
-    succeeds, runs nothing again, and says that the result could not be read and why (the worker had
-    followed no log line: the trigger waits without reading it)."""
-    ctx = context()
+def succeeded_then_drained(emulator: KubernetesEmulator, ctx: Any, **kwargs: Any) -> tuple[dict[str, Any], Any]:
+    """Defer, run the trigger to its ``success`` event, then drain the pod away before the task resumes;
+    the event and the deferral's kwargs."""
     with pytest.raises(TaskDeferred) as deferred:
-        operator(spot_l4, deferrable=True).execute(ctx)
+        operator(emulator, deferrable=True, **kwargs).execute(ctx)
 
     async def first_event() -> dict[str, Any]:
         async for event in deferred.value.trigger.run():
@@ -109,11 +106,40 @@ def test_a_deferred_pod_drained_after_it_succeeded_is_a_success_not_a_preemption
 
     event = asyncio.run(asyncio.wait_for(first_event(), 120))
     assert event["status"] == "success", event
-    drain_when_succeeded(spot_l4, event["name"])
+    drain_when_succeeded(emulator, event["name"])
+    return event, deferred.value.kwargs
+
+
+def test_a_deferred_pod_drained_after_it_succeeded_is_a_success_not_a_preemption(
+    spot_l4: KubernetesEmulator, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Deferred: the trigger saw the pod succeed; a drain deletes it before the task resumes. The task
+    succeeds, runs nothing again, and returns the result: the trigger read the result line from the pod's
+    log when it saw the success and carried it in the event (the worker follows no log while deferred;
+    before, the task succeeded with no ``return_value``: the soak's mapped shards at seed 9)."""
+    ctx = context()
+    event, kwargs = succeeded_then_drained(spot_l4, ctx)
+    assert event[RESULT_LINE_KEY] == '::airflow-gpu-result::{"loss": 0.5}'
     capfd.readouterr()
-    assert operator(spot_l4, deferrable=True).trigger_reentry(ctx, event, **deferred.value.kwargs) is None
+    assert operator(spot_l4, deferrable=True).trigger_reentry(ctx, event, **kwargs) == {"loss": 0.5}
     assert pods_ever(spot_l4) == [event["name"]], pods_ever(spot_l4)
     assert ctx["ti"].xcom[INTERRUPTIONS_XCOM_KEY] == []
+    assert ctx["ti"].xcom["return_value"] == {"loss": 0.5}
+    said = capfd.readouterr().out
+    assert "succeeded and was then deleted before its end was read; its result line had been read" in said, said
+
+
+def test_a_deferred_pod_without_a_result_line_drained_after_success_says_why_it_returns_nothing(
+    spot_l4: KubernetesEmulator, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The same, for a workload that printed no result line: nothing to carry, and the task says that the
+    result could not be read and why, rather than returning something else."""
+    ctx = context()
+    event, kwargs = succeeded_then_drained(spot_l4, ctx, script="echo trained")
+    assert RESULT_LINE_KEY not in event
+    capfd.readouterr()
+    assert operator(spot_l4, "echo trained", deferrable=True).trigger_reentry(ctx, event, **kwargs) is None
+    assert pods_ever(spot_l4) == [event["name"]], pods_ever(spot_l4)
     assert "return_value" not in ctx["ti"].xcom
     said = capfd.readouterr().out
     assert "deleted after it succeeded, before its result could be read" in said, said

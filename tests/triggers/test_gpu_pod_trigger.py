@@ -15,6 +15,7 @@ from kubernetes import client, config
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 from airflow_gpu.triggers.kubernetes import LAST_SEEN_KEY, GPUPodTrigger
 from airflow_gpu.triggers.pod_watch import WATCH_LABEL, SharedPodWatch
+from airflow_gpu.triggers.result_tail import RESULT_LINE_KEY
 from tests.kill_budget import ON_KILL_BUDGET, refused_when_given_up_and_later
 from tests.triggers.conftest import ON_KILL_TIMEOUT
 
@@ -60,7 +61,7 @@ async def first_event(t: GPUPodTrigger) -> dict[str, Any]:
 
 def test_events_are_the_official_triggers_from_one_list_and_one_watch(kubernetes_emulator: KubernetesEmulator) -> None:
     api = core(kubernetes_emulator)
-    gpu_pod(api, "ok", "sleep 1")
+    gpu_pod(api, "ok", "sleep 1; echo ::airflow-gpu-result::7")
     gpu_pod(api, "bug", "sleep 1; exit 3")
     gpu_pod(api, "reclaimed", "sleep 60")
     gpu_pod(api, "removed", "sleep 60")
@@ -90,7 +91,9 @@ def test_events_are_the_official_triggers_from_one_list_and_one_watch(kubernetes
     assert stuck["status"] == "timeout" and "too long to be scheduled" in stuck["message"]
     assert kubernetes_emulator.api_requests("LIST", "pods") == 1
     assert kubernetes_emulator.api_requests("WATCH", "pods") == 1
-    assert kubernetes_emulator.api_requests("GET", "pods") == 0  # the official trigger GETs each pod every poll
+    assert kubernetes_emulator.api_requests("GET", "pods", "") == 0  # the official trigger GETs each pod every poll
+    assert kubernetes_emulator.api_requests("GET", "pods", "log") == 1  # the result line of "ok", once (result_tail)
+    assert ok[RESULT_LINE_KEY] == "::airflow-gpu-result::7" and RESULT_LINE_KEY not in bug
 
 
 def test_it_serializes_as_itself_and_mark_failed_deletes_the_pod(kubernetes_emulator: KubernetesEmulator) -> None:
@@ -569,7 +572,7 @@ def test_triggers_that_come_after_the_list_find_their_pods_in_it_without_a_get(
         spec = {"restartPolicy": "Never", "containers": [container]}
         api.create_namespaced_pod("default", {"metadata": {"name": name, "labels": {WATCH_LABEL: "l4"}}, "spec": spec})
     wait_for(lambda: all(api.read_namespaced_pod(n, "default").status.phase == "Succeeded" for n in names), 30)
-    gets = kubernetes_emulator.api_requests("GET", "pods")
+    gets = kubernetes_emulator.api_requests("GET", "pods", "")
 
     async def body() -> list[dict[str, Any]]:
         anchor = asyncio.create_task(first_event(trigger(kubernetes_emulator, "anchor")))
@@ -587,5 +590,6 @@ def test_triggers_that_come_after_the_list_find_their_pods_in_it_without_a_get(
     events = asyncio.run(body())
     assert [(e["status"], e["name"]) for e in events[:-1]] == [("success", n) for n in names]
     assert events[-1]["status"] != "success"
-    assert kubernetes_emulator.api_requests("GET", "pods") - gets == 1  # the pod the list did not have
+    assert kubernetes_emulator.api_requests("GET", "pods", "") - gets == 1  # the pod the list did not have
+    assert kubernetes_emulator.api_requests("GET", "pods", "log") == len(names)  # each success's result line
     assert kubernetes_emulator.api_requests("LIST", "pods") == 1

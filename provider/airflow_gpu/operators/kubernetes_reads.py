@@ -68,6 +68,11 @@ class RetryingPodManager(PodManager):
         """The result lines (``RESULT_MARKER``) of ``container``'s log that were followed since ``forget``."""
         return [line for name, line in self._followed if name == container]
 
+    def carried(self, container: str, line: str) -> None:
+        """A result line the trigger read from ``container``'s log when the pod succeeded (``result_tail``):
+        the pod may be deleted before the resumed task can read its log."""
+        self._followed.append((container, line))
+
     def forget(self) -> None:
         """Start a new pod: nothing seen of it yet."""
         self._last_seen.clear()

@@ -43,6 +43,7 @@ from airflow_gpu.operators.spot_task import publish
 from airflow_gpu.spot.classifier import Outcome, classify_deleted_pod
 from airflow_gpu.triggers.kubernetes import LAST_SEEN_KEY, NEXT_KEY, STATE_KEY, GPUPodTrigger
 from airflow_gpu.triggers.pod_replacement import submission_name
+from airflow_gpu.triggers.result_tail import RESULT_LINE_KEY
 from airflow_gpu.utils.kubernetes import to_dict
 
 if TYPE_CHECKING:
@@ -138,6 +139,8 @@ class PodDeferral:
         op._outcome = op._dropped = op._output = op._ended = None
         op._unread, op._gone_succeeded = UNREAD, False
         op.pod_manager.forget()
+        if carried := event.get(RESULT_LINE_KEY):  # the trigger's read of the result: the pod may be gone now
+            op.pod_manager.carried(op.base_container_name, carried)
         op._replay_trigger_pods(context, event, deferred)  # KPO's callbacks and events for the trigger's pods
         if event.get(NEXT_KEY):  # the trigger recorded the pod's end and decided, but could not create the next
             op._create_next(context, event)

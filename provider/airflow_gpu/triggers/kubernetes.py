@@ -14,7 +14,8 @@ fetch of ``logging_interval``; ``on_kill`` deleting the pod on Mark Failed (Airf
 older ``cleanup`` path (with a spot run, both delete every pod of the task try), except a pod whose
 workload has ended, which a task resuming from a twin's event reads (``kill_spare``). Every event but
 ``success`` carries the pod's last state the watch saw (``gpu_last_seen``): a pod deleted by the time
-the task resumes is still classified from it, so a reclaim is told from a person's delete.
+the task resumes is still classified from it, so a reclaim is told from a person's delete;
+``success`` carries the pod's result line instead (``gpu_result_line``, ``result_tail``).
 
 With ``gpu_spot`` the trigger also carries the spot run on after an interrupted pod: that step (the
 next pod's create, the ended pod's log and delete, where a restarted trigger stands) is
@@ -39,7 +40,7 @@ from airflow.providers.cncf.kubernetes.version_compat import AIRFLOW_V_3_3_PLUS
 from airflow.triggers.base import TriggerEvent
 
 from airflow_gpu.spot.start_failure import missing_program
-from airflow_gpu.triggers import cluster, handed_back, kill_guard, kill_spare, kill_tasks
+from airflow_gpu.triggers import cluster, handed_back, kill_guard, kill_spare, kill_tasks, result_tail
 from airflow_gpu.triggers.cluster import ClusterConnection
 from airflow_gpu.triggers.kubernetes_api import PodState
 from airflow_gpu.triggers.pod_carry_on import LAST_SEEN_KEY as LAST_SEEN_KEY
@@ -328,6 +329,7 @@ class GPUPodTrigger(PodCarryOn, KubernetesPodTrigger):
                 return
             final = payload if replacement is None else await self._carry_on(replacement, payload)
             if final is not None:
+                final = await result_tail.with_result_line(self, final)  # before the pod can be deleted
                 await dwell(self._deferred_at())
                 if final.get("status") in ("error", "timeout") and self._gone is None:  # the task follows it on
                     name = str(final.get("name") or self.pod_name)

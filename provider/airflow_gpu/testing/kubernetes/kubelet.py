@@ -467,9 +467,19 @@ class PodRun:
 
     @staticmethod
     async def _read_output(run: ContainerRun, process: asyncio.subprocess.Process) -> None:
+        """The container's output, line by line, however long a line: the container runtime splits a line
+        past 16 KiB into partial records and the kubelet joins them again for ``pods/log`` (``readline``
+        gave up at the stream's 64 KiB limit, and the pod never ended)."""
         assert process.stdout is not None
-        while line := await process.stdout.readline():
-            run.append(line.decode("utf-8", errors="replace").rstrip("\n"))
+        pending = bytearray()
+        while chunk := await process.stdout.read(2**16):
+            pending += chunk
+            *lines, rest = pending.split(b"\n")
+            for line in lines:
+                run.append(line.decode("utf-8", errors="replace"))
+            pending = bytearray(rest)
+        if pending:
+            run.append(pending.decode("utf-8", errors="replace"))
 
     def _cannot_run(self, run: ContainerRun, message: str) -> dict[str, Any]:
         run.append(message)

@@ -1,0 +1,66 @@
+"""The result line of a deferred pod that succeeded, read by the trigger and carried in its event.
+
+A deferred task reads its pod's log only when it resumes on a worker. Between the trigger's
+``success`` and that resume the completed pod can be deleted: PodGC past its threshold, a drain
+that evicts completed pods, a person, a namespace cleanup. The task then succeeds without its
+result (the soak, seed 9: mapped shards with no ``return_value`` for the reduce). The trigger is
+the last party that sees the pod while it certainly exists, so it reads the tail of the base
+container's log once, at the success, and puts the last result line into the event; the worker uses
+it only when the pod is gone (``RetryingPodManager.carried``). One log read per succeeded pod, none
+while pods run: the shared watch's request budget is kept.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from airflow_gpu.utils.results import RESULT_MARKER
+
+if TYPE_CHECKING:
+    from airflow_gpu.triggers.cluster import ClusterConnection
+
+#: The event key of the result line (absent when none was found or it could not be read).
+RESULT_LINE_KEY = "gpu_result_line"
+#: How far back from the end of the log the line is looked for: a workload prints it last, before the
+#: profiler's summary; a longer log is read whole by the worker when the pod still exists.
+RESULT_TAIL_LINES = 2_000
+#: The largest line carried: the event is stored with the task instance in the metadata database
+#: (``next_kwargs``), where a result of many megabytes does not belong; such a result stays the worker's read.
+MAX_CARRIED_CHARS = 64 * 1024
+
+
+def last_result_line(text: str) -> str | None:
+    """The last line of ``text`` that starts with the result marker, None when there is none."""
+    found = [line for line in text.splitlines() if line.startswith(RESULT_MARKER)]
+    return found[-1] if found else None
+
+
+async def read_result_line(
+    connection: ClusterConnection, namespace: str, name: str, container: str, log: Any
+) -> str | None:
+    """The pod's last result line, or None (and a log line saying why) when it cannot be carried."""
+    from airflow_gpu.triggers import cluster
+
+    try:
+        text = await cluster.pod_log_tail(connection, namespace, name, container, RESULT_TAIL_LINES)
+    except Exception as error:  # the worker reads the log itself if the pod outlives the resume
+        log.info("The result line of pod %s/%s could not be read here (%s: %s); the task reads it when it "
+                 "resumes", namespace, name, type(error).__name__, error)  # fmt: skip
+        return None
+    line = last_result_line(text)
+    if line is not None and len(line) > MAX_CARRIED_CHARS:
+        log.info("The result line of pod %s/%s has %d characters, more than the %d an event carries; the task "
+                 "reads it from the pod when it resumes", namespace, name, len(line), MAX_CARRIED_CHARS)  # fmt: skip
+        return None
+    return line
+
+
+async def with_result_line(trigger: Any, payload: dict[str, Any]) -> dict[str, Any]:
+    """``payload`` of a ``GPUPodTrigger``, with the result line of its pod when it succeeded."""
+    if payload.get("status") != "success":
+        return payload
+    name = str(payload.get("name") or trigger.pod_name)
+    line = await read_result_line(
+        trigger.connection, trigger.pod_namespace, name, trigger.base_container_name, trigger.log
+    )
+    return payload if line is None else {**payload, RESULT_LINE_KEY: line}
