@@ -7,6 +7,7 @@ tests/docs/test_site.py opens the built site in a real browser: every page, link
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import sys
 from pathlib import Path
@@ -22,7 +23,7 @@ sys.path.insert(0, str(HERE.parent / "provider"))
 from airflow_gpu import __version__  # noqa: E402
 
 sys.path.insert(0, str(HERE / "_inventories"))
-from provider_inventories import PROVIDERS, base_url  # noqa: E402
+from provider_inventories import PROVIDERS, TASK_SDK, base_url, task_sdk_url  # noqa: E402
 
 project = "airflow-provider-gpu"
 author = "airflow-provider-gpu developers"
@@ -45,6 +46,11 @@ INVENTORIES = HERE / "_inventories"
 intersphinx_mapping = {
     name: (base_url(distribution), str(INVENTORIES / f"{name}.inv")) for name, (distribution, _) in PROVIDERS.items()
 }
+# BaseOperator's arguments (task_id, retries, execution_timeout...) link to the Task SDK's API page.
+intersphinx_mapping[TASK_SDK[0]] = (
+    task_sdk_url(importlib.metadata.version(TASK_SDK[1])),
+    str(INVENTORIES / f"{TASK_SDK[0]}.inv"),
+)
 html_theme = "furo"
 html_title = f"airflow-provider-gpu {release}"
 # Shell examples show `$ airflow-gpu ...`: a copy gives the command alone, not the prompt or its output.

@@ -80,3 +80,21 @@ def test_shipped_inventory_is_of_the_installed_provider(name: str) -> None:
     )
     fresh = provider_inventories.inventory(name, distribution, package).split(b"zlib.\n", 1)[1]
     assert zlib.decompress(body) == zlib.decompress(fresh), f"run docs/_inventories/provider_inventories.py ({name})"
+
+
+def test_shipped_task_sdk_inventory_is_of_the_installed_sdk() -> None:
+    """``BaseOperator``'s arguments link to the installed Task SDK's API page; an inventory of another
+    version, or one that lists what that ``airflow.sdk`` does not export, is stale."""
+    name, distribution = provider_inventories.TASK_SDK
+    data = (DOCS / "_inventories" / f"{name}.inv").read_bytes()
+    header, _, body = data.partition(b"# The remainder of this file is compressed using zlib.\n")
+    assert f"# Version: {provider_inventories.importlib.metadata.version(distribution)}\n".encode() in header
+    fresh = provider_inventories.inventory(name, distribution, None).split(b"zlib.\n", 1)[1]
+    assert zlib.decompress(body) == zlib.decompress(fresh), "run docs/_inventories/provider_inventories.py (task-sdk)"
+    import airflow.sdk
+
+    lines = zlib.decompress(body).decode().splitlines()
+    listed = {line.split()[0] for line in lines}
+    assert {BASE, "airflow.sdk.DAG", "airflow.sdk.Param", "airflow.sdk.task"} <= listed
+    assert all(hasattr(airflow.sdk, dotted.removeprefix("airflow.sdk.")) for dotted in listed)
+    assert all(line.split()[3] == f"api.html#{line.split()[0]}" for line in lines)  # one page, anchored by name

@@ -169,3 +169,6 @@ def test_reference_links_the_official_operators_api_docs(site: Path) -> None:
     )
     assert f'href="{kpo}"' in text
     assert f'href="{batch}"' in text
+    # Airflow's own BaseOperator (task_id, retries, execution_timeout...): the Task SDK's API page.
+    sdk = f"https://airflow.apache.org/docs/task-sdk/{version('apache-airflow-task-sdk')}/api.html#airflow.sdk.BaseOperator"
+    assert f'href="{sdk}"' in text
