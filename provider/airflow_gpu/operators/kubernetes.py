@@ -45,7 +45,7 @@ from airflow_gpu.accelerators.shared_memory import SharedMemory
 from airflow_gpu.accelerators.spec import Accelerator, parse_candidates
 from airflow_gpu.images.selection import resolve_image
 from airflow_gpu.links.profile import GPUProfileLink
-from airflow_gpu.operators import kubernetes_profiler
+from airflow_gpu.operators import kubernetes_profiler, success_mark
 from airflow_gpu.operators.gpu_profile import check_interval, profiled_by_default
 from airflow_gpu.operators.kubernetes_pod import STATE_ANNOTATION, dress, placement
 from airflow_gpu.operators.kubernetes_reads import UNREAD, ClusterReads, RetryingPodManager, lost_create
@@ -270,8 +270,18 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
         try:  # only a pod that was created: a refused create (quota, webhook) stays KPO's error
             if not self._killed and self.pod is not None:
                 self._classify(remote_pod or self.pod)
+                self._record_success(context)  # before KPO deletes the pod: a retry finds the success
         finally:
             super().cleanup(pod, remote_pod, xcom_result, context)
+
+    def _record_success(self, context: Context | None) -> None:
+        if context is None or self.do_xcom_push or self._result_error is not None or self.pod is None:
+            return
+        if self._outcome is not None and self._outcome.outcome is Outcome.SUCCEEDED:
+            try:
+                success_mark.record(context, self.pod.metadata.name, self._logged_result, self.spot_run.to_json())
+            except Exception as error:  # the success stands; only a crash after it would run the workload again
+                self.log.warning("Could not record the pod's success in the task state store (%s)", error)
 
     def _classify(self, pod: k8s.V1Pod) -> None:
         self._ended = current = self.reads.pod(pod)
@@ -327,6 +337,8 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
     def execute(self, context: Context) -> Any:
         """KPO's; a new try first takes over an earlier try's succeeded pod that no try read (a lost resume, a
         worker dead after the pod's success) instead of running the workload again (``kubernetes_takeover``)."""
+        if self.reattach_on_restart and (mark := success_mark.recorded(context)) is not None:  # read, then died
+            return success_mark.take_over(self, context, mark)
         if (unread := succeeded_unread(self, context)) is not None:
             return take_over(self, context, unread)
         return super().execute(context)

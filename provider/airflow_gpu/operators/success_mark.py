@@ -1,0 +1,60 @@
+"""A try that read its pod's success says so in the task state store before the pod is deleted; a retry
+after that try's worker died takes the success over instead of running the workload again.
+
+KPO's cleanup deletes a succeeded pod as soon as the try has read it, and the task instance becomes
+``success`` only when ``execute`` has returned and the worker has told the api-server. A worker that
+dies in between (SIGKILL, OOM, a lost node: the soak, seed 9, killed one there) leaves no pod for
+the retry to take over (``kubernetes_takeover`` needs one) and no success: the retry trained again.
+So the try records ``{try_number, max_tries, pod, result, run}`` under ``SUCCESS_KEY`` first, with
+the result already read from the log and the spot run's state (its interruptions).
+
+A later try takes the record over only when it is a retry of the same clearing: Airflow raises a
+task instance's ``max_tries`` on every Clear (``clear_task_instances``: ``try_number + retries``) and
+leaves it on a retry. A user who clears a task whose try succeeded asks for a new run, and gets
+one, as ``kubernetes_takeover`` leaves a read pod alone. A try that read a result line that is not
+JSON records nothing: it fails, and its retry runs the workload again as before. Without a store
+(Airflow 3.2) nothing is recorded, and the window stays.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from airflow_gpu.utils import task_state
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+#: The task state store key of the record.
+SUCCESS_KEY = "airflow_gpu_pod_succeeded"
+
+
+def record(context: Context, pod: str, result: Any, run: dict[str, Any]) -> None:
+    """This try read ``pod``'s success and ``result`` (None: no result line); ``run`` is the spot run's state."""
+    ti = context["ti"]
+    value = {"try_number": int(ti.try_number), "max_tries": int(ti.max_tries), "pod": pod, "result": result,
+             "run": run}  # fmt: skip
+    task_state.write(context, SUCCESS_KEY, value)
+
+
+def recorded(context: Context) -> dict[str, Any] | None:
+    """An earlier try's record of this clearing, which this try takes over; None when there is none."""
+    value = task_state.read(context, SUCCESS_KEY)
+    if not isinstance(value, dict) or not isinstance(value.get("run"), dict):
+        return None
+    ti = context["ti"]
+    earlier = isinstance(value.get("try_number"), int) and value["try_number"] < int(ti.try_number)
+    return value if earlier and value.get("max_tries") == int(ti.max_tries) else None
+
+
+def take_over(op: Any, context: Context, mark: dict[str, Any]) -> Any:
+    """End this try of a ``GPUKubernetesOperator`` with the recorded success: its result and the spot run's
+    interruptions, as the earlier try would have ended; no pod is created."""
+    earlier, pod = mark["try_number"], mark.get("pod")
+    op.log.info("Try %s read pod %s's success, and its worker ended before the task did: its result is this "
+                "try's, and the workload is not run again", earlier, pod)  # fmt: skip
+    if ignored := op.spot_run.restore(mark["run"]):
+        op.log.warning("The recorded run state is not usable (%s); its interruptions are not published", ignored)
+    op._logged_result = mark.get("result")
+    op._unread = f"try {earlier} read it, and its worker ended before the task did; its GPU profile went with it"
+    return op._succeed(context, None)

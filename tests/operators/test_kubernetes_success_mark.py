@@ -1,0 +1,95 @@
+"""A try that read its pod's success and whose worker died before the task did (``operators/success_mark.py``).
+
+The soak's defect (seed 9): the sync try read the pod's result, KPO deleted the pod, and the worker was
+SIGKILLed before the task instance became ``success``; the retry found no pod to take over and trained
+again. The worker's death is played here by ``_succeed`` raising ``SystemExit`` (nothing after the pod's
+cleanup runs, as in a killed process); ``Ti`` and ``Store`` stand in for Airflow's task instance and task
+state store (tests/operators/task_context.py), the pods run on the Kubernetes emulator over HTTP.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from airflow_gpu.operators.kubernetes import GPUKubernetesOperator
+from airflow_gpu.operators.success_mark import SUCCESS_KEY
+from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
+from airflow_gpu.utils.results import INTERRUPTIONS_XCOM_KEY
+from tests.operators.task_context import Store, Ti
+
+pytestmark = pytest.mark.slow
+
+RESULT = "echo '::airflow-gpu-result::{\"loss\": 0.5}'"
+
+
+def operator(emulator: KubernetesEmulator, script: str = RESULT, **kwargs: Any) -> GPUKubernetesOperator:
+    return GPUKubernetesOperator(
+        task_id="train", name="train", accelerator="L4", capacity="on-demand", cmds=["sh", "-c", script],
+        gpu_profile=False, namespace="default", kubernetes_conn_id=None,
+        config_file=str(emulator.kubeconfig_path), **kwargs,
+    )  # fmt: skip
+
+
+def context(store: Store, try_number: int, max_tries: int = 2) -> Any:
+    ti = Ti(try_number=try_number, max_tries=max_tries)
+    return {"ti": ti, "run_id": "manual__1", "dag": None, "task_state_store": store}
+
+
+def pods_ever(emulator: KubernetesEmulator) -> int:
+    return len(emulator.pod_phase_times("default"))
+
+
+def died_after_reading(emulator: KubernetesEmulator, store: Store, script: str = RESULT) -> None:
+    """Try 1: its pod succeeds and is read and deleted, then its worker dies before the task ends."""
+    first = operator(emulator, script)
+
+    def killed(*args: Any, **kwargs: Any) -> Any:
+        raise SystemExit(-9)
+
+    first._succeed = killed  # type: ignore[method-assign]
+    with pytest.raises(SystemExit):
+        first.execute(context(store, 1))
+    assert pods_ever(emulator) == 1
+    core = client.CoreV1Api(config.new_client_from_config(config_file=str(emulator.kubeconfig_path)))
+    assert core.list_namespaced_pod("default").items == []  # KPO deleted the pod it read: nothing to take over
+
+
+def test_a_retry_takes_over_the_success_a_killed_try_had_read(kubernetes_emulator: KubernetesEmulator) -> None:
+    store = Store()
+    died_after_reading(kubernetes_emulator, store)
+    assert store[SUCCESS_KEY]["result"] == {"loss": 0.5} and store[SUCCESS_KEY]["try_number"] == 1
+    retry = context(store, 2)
+    assert operator(kubernetes_emulator).execute(retry) == {"loss": 0.5}
+    assert pods_ever(kubernetes_emulator) == 1  # not run again
+    assert retry["ti"].xcom["return_value"] == {"loss": 0.5}
+    assert retry["ti"].xcom[INTERRUPTIONS_XCOM_KEY] == []
+
+
+def test_a_clear_after_the_success_runs_the_workload_again(kubernetes_emulator: KubernetesEmulator) -> None:
+    """Airflow raises ``max_tries`` on a Clear (``try_number + retries``): the user asked for a new run."""
+    store = Store()
+    died_after_reading(kubernetes_emulator, store)
+    cleared = context(store, 2, max_tries=1 + 2)
+    assert operator(kubernetes_emulator).execute(cleared) == {"loss": 0.5}
+    assert pods_ever(kubernetes_emulator) == 2
+    assert store[SUCCESS_KEY]["try_number"] == 2 and store[SUCCESS_KEY]["max_tries"] == 3
+
+
+def test_a_result_that_is_not_json_is_not_recorded(kubernetes_emulator: KubernetesEmulator) -> None:
+    """Its try fails (a bug in the workload); a retry runs it again, as before."""
+    store = Store()
+    op = operator(kubernetes_emulator, "echo '::airflow-gpu-result::{not json'")
+    with pytest.raises(Exception, match="not JSON"):
+        op.execute(context(store, 1))
+    assert SUCCESS_KEY not in store
+
+
+def test_with_durable_off_each_try_runs_its_own_pod(kubernetes_emulator: KubernetesEmulator) -> None:
+    """``durable=False`` (KPO's ``reattach_on_restart``): the user asked each try for a pod of its own."""
+    store = Store()
+    died_after_reading(kubernetes_emulator, store)
+    assert operator(kubernetes_emulator, durable=False).execute(context(store, 2)) == {"loss": 0.5}
+    assert pods_ever(kubernetes_emulator) == 2
