@@ -110,6 +110,22 @@ def test_a_reclaim_after_success_requires_the_success_and_its_result() -> None:
     assert invariants.reclaims_by_phase([done, pod("b", 12, 20)], [skipped], [ti()], {}).checked == 0
 
 
+def test_a_reclaim_drawn_before_its_pod_was_made_judges_the_pods_made_after_that_pod() -> None:
+    """A fault is drawn, then waits for a pod in its phase (``AIM_SECONDS``): the pod it reclaims, and one
+    the try made before it, can both be younger than the draw. Neither is a re-run (soak seed 9 called
+    the reclaimed pod itself "run again 1.3 s after"); a pod made after the reclaimed one is."""
+    first, done = pod("a", 6, 7), pod("b", 8, 9, "Succeeded")
+    after = Fault(1, 5.0, "k8s_reclaim_after_success", target="b", key=KEY, pod_outcome="Succeeded")
+    assert invariants.reclaims_by_phase([first, done], [after], [ti()], {KEY[:4]: {"score": 1}}).ok
+    again = invariants.reclaims_by_phase([first, done, pod("c", 12, 20)], [after], [ti()], {KEY[:4]: 1})
+    assert [v.split(": ", 1)[1] for v in again.violations] == [
+        "the pod had succeeded, and was run again (a pod made 4.0 s after it)"
+    ]
+    pulling = Fault(2, 5.0, "k8s_reclaim_pulling", target="a", key=KEY, pod_outcome="Failed")
+    assert invariants.reclaims_by_phase([first, done], [pulling], [ti()], {KEY[:4]: 1}).ok  # b is the re-run
+    assert not invariants.reclaims_by_phase([first], [pulling], [ti()], {KEY[:4]: 1}).ok
+
+
 def test_interruptions_count_a_training_job_once_and_no_reclaim_after_success() -> None:
     ranks = [Fault(1, 1.0, "k8s_reclaim_running", key=KEY, group="job-a"),
              Fault(2, 1.2, "k8s_reclaim_running", key=KEY, group="job-a")]  # fmt: skip

@@ -225,6 +225,9 @@ def reclaims_by_phase(
     for w in workloads:
         if w.instance is not None and w.backend == "kubernetes":
             created[w.instance].append(w.created)
+    # A fault is drawn, then waits up to AIM_SECONDS for a pod in its phase: its pod (even the one before)
+    # may be created after ``f.at``. "Later" is after the reclaimed pod itself was created.
+    born = {w.name: w.created for w in workloads if w.backend == "kubernetes"}
     states = {(t["dag_id"], t["task_id"], t["dag_run_id"], t["map_index"]): t["state"] for t in instances}
     judged = [f for f in faults if f.kind in PHASE_RECLAIMS and f.outcome == "injected" and f.key]
     verdict = Verdict("each reclaim allowed what its phase allows", len(judged))
@@ -233,14 +236,17 @@ def reclaims_by_phase(
         instance = f.key[:4]
         if any(at >= f.at for at in people.get(instance, [])):
             continue
-        later = [at for at in created.get(instance, []) if at > f.at]
+        since = born.get(f.target, f.at)
+        later = sorted(at for at in created.get(instance, []) if at > since)
         success = f.kind == "k8s_reclaim_after_success" or f.pod_outcome == "Succeeded"
         where = f"#{f.number} {f.kind} of {f.target} ({instance})"
         if not success and not later:
             verdict.violations.append(f"{where}: the pod was reclaimed before it ended, and never run again")
         if success and later:
-            again = later[0] - f.at
-            verdict.violations.append(f"{where}: the pod had succeeded, and was run again {again:.1f} s after")
+            again = later[0] - since
+            verdict.violations.append(
+                f"{where}: the pod had succeeded, and was run again (a pod made {again:.1f} s after it)"
+            )
         if success and instance in states:
             if states[instance] != "success":
                 verdict.violations.append(f"{where}: the pod had succeeded, and the task ended {states[instance]}")
