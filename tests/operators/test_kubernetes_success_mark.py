@@ -9,6 +9,7 @@ state store (tests/operators/task_context.py), the pods run on the Kubernetes em
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -33,9 +34,13 @@ def operator(emulator: KubernetesEmulator, script: str = RESULT, **kwargs: Any) 
     )  # fmt: skip
 
 
-def context(store: Store, try_number: int, max_tries: int = 2) -> Any:
+def context(store: Store, try_number: int, max_tries: int = 2, retries: int = 2, clear_number: int = 0) -> Any:
+    """Airflow's context as far as the record reads it: the task instance's ``max_tries``, its task's
+    ``retries`` and the DAG run's ``clear_number``."""
     ti = Ti(try_number=try_number, max_tries=max_tries)
-    return {"ti": ti, "run_id": "manual__1", "dag": None, "task_state_store": store}
+    ti.task = SimpleNamespace(retries=retries)  # type: ignore[attr-defined]
+    dag_run = SimpleNamespace(clear_number=clear_number)
+    return {"ti": ti, "run_id": "manual__1", "dag": None, "dag_run": dag_run, "task_state_store": store}
 
 
 def pods_ever(emulator: KubernetesEmulator) -> int:
@@ -68,14 +73,24 @@ def test_a_retry_takes_over_the_success_a_killed_try_had_read(kubernetes_emulato
     assert retry["ti"].xcom[INTERRUPTIONS_XCOM_KEY] == []
 
 
-def test_a_clear_after_the_success_runs_the_workload_again(kubernetes_emulator: KubernetesEmulator) -> None:
-    """Airflow raises ``max_tries`` on a Clear (``try_number + retries``): the user asked for a new run."""
+@pytest.mark.parametrize(
+    "clearing",
+    [
+        {"max_tries": 1 + 2, "clear_number": 1},  # a Clear: max_tries = try_number + retries, the run's count
+        {"max_tries": 1 + 1, "retries": 1, "clear_number": 1},  # retries lowered: max_tries comes out the same
+        {"clear_number": 1},  # cleared while running, or the task gone from the DAG: max_tries left
+    ],
+)
+def test_a_clear_after_the_success_runs_the_workload_again(
+    kubernetes_emulator: KubernetesEmulator, clearing: dict[str, int]
+) -> None:
+    """A user who clears the task asks for a new run, whichever of what a Clear changes tells it."""
     store = Store()
     died_after_reading(kubernetes_emulator, store)
-    cleared = context(store, 2, max_tries=1 + 2)
+    cleared = context(store, 2, **clearing)
     assert operator(kubernetes_emulator).execute(cleared) == {"loss": 0.5}
     assert pods_ever(kubernetes_emulator) == 2
-    assert store[SUCCESS_KEY]["try_number"] == 2 and store[SUCCESS_KEY]["max_tries"] == 3
+    assert store[SUCCESS_KEY]["try_number"] == 2 and store[SUCCESS_KEY]["clear_number"] == 1
 
 
 def test_a_result_that_is_not_json_is_not_recorded(kubernetes_emulator: KubernetesEmulator) -> None:

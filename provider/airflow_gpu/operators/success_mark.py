@@ -8,10 +8,14 @@ the retry to take over (``kubernetes_takeover`` needs one) and no success: the r
 So the try records ``{try_number, max_tries, pod, result, run}`` under ``SUCCESS_KEY`` first, with
 the result already read from the log and the spot run's state (its interruptions).
 
-A later try takes the record over only when it is a retry of the same clearing: Airflow raises a
-task instance's ``max_tries`` on every Clear (``clear_task_instances``: ``try_number + retries``) and
-leaves it on a retry. A user who clears a task whose try succeeded asks for a new run, and gets
-one, as ``kubernetes_takeover`` leaves a read pod alone. A try that read a result line that is not
+A later try takes the record over only when it is a retry of the same clearing: the task instance's
+``max_tries``, the task's ``retries`` and the DAG run's ``clear_number`` are all as the record has
+them. A Clear sets ``max_tries`` to ``try_number + retries`` (``clear_task_instances``), which can
+come out equal after the retries were lowered, or leaves it (a running task, a task gone from the
+DAG); it raises the run's ``clear_number`` (``reset_dag_runs``, the default). A retry changes
+none of them. A user who clears a task whose try succeeded asks for a new run, and gets one, as
+``kubernetes_takeover`` leaves a read pod alone; a record that does not match only means the
+workload runs again, as it did before. A try that read a result line that is not
 JSON records nothing: it fails, and its retry runs the workload again as before. Without a store
 (Airflow 3.2) nothing is recorded, and the window stays.
 """
@@ -29,10 +33,19 @@ if TYPE_CHECKING:
 SUCCESS_KEY = "airflow_gpu_pod_succeeded"
 
 
+def _clearing(context: Context) -> dict[str, Any]:
+    """What a Clear changes and a retry does not (see the module's docstring)."""
+    ti = context["ti"]
+    return {
+        "max_tries": int(ti.max_tries),
+        "retries": getattr(getattr(ti, "task", None), "retries", None),
+        "clear_number": getattr(context.get("dag_run"), "clear_number", None),
+    }
+
+
 def record(context: Context, pod: str, result: Any, run: dict[str, Any]) -> None:
     """This try read ``pod``'s success and ``result`` (None: no result line); ``run`` is the spot run's state."""
-    ti = context["ti"]
-    value = {"try_number": int(ti.try_number), "max_tries": int(ti.max_tries), "pod": pod, "result": result,
+    value = {"try_number": int(context["ti"].try_number), **_clearing(context), "pod": pod, "result": result,
              "run": run}  # fmt: skip
     task_state.write(context, SUCCESS_KEY, value)
 
@@ -42,9 +55,9 @@ def recorded(context: Context) -> dict[str, Any] | None:
     value = task_state.read(context, SUCCESS_KEY)
     if not isinstance(value, dict) or not isinstance(value.get("run"), dict):
         return None
-    ti = context["ti"]
-    earlier = isinstance(value.get("try_number"), int) and value["try_number"] < int(ti.try_number)
-    return value if earlier and value.get("max_tries") == int(ti.max_tries) else None
+    earlier = isinstance(value.get("try_number"), int) and value["try_number"] < int(context["ti"].try_number)
+    same = all(value.get(key, "absent") == now for key, now in _clearing(context).items())
+    return value if earlier and same else None
 
 
 def take_over(op: Any, context: Context, mark: dict[str, Any]) -> Any:
