@@ -17,7 +17,7 @@ from kubernetes import client, config
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 from airflow_gpu.testing.polling import wait_for
 from airflow_gpu.triggers.cluster import ClusterConnection
-from airflow_gpu.triggers.result_tail import MAX_CARRIED_CHARS, last_result_line, read_result_line
+from airflow_gpu.triggers.result_tail import MAX_CARRIED_CHARS, _not_carried, last_result_line, read_result_line
 from airflow_gpu.utils.results import RESULT_MARKER, read_output
 
 
@@ -40,14 +40,25 @@ RESULT = st.builds(lambda v: RESULT_MARKER + json.dumps(v), st.recursive(
 @given(st.lists(PLAIN | RESULT | st.builds(lambda t: RESULT_MARKER + t, PLAIN)))
 def test_the_line_carried_gives_the_worker_what_the_whole_log_would(lines: list[str]) -> None:
     """The one line the trigger carries, read as the worker reads a log (``read_output``), gives the same
-    result, or the same bad-JSON error, as the whole log: the task cannot tell which it read."""
+    result as the whole log: the task cannot tell which it read. A last result line that is not JSON is
+    not carried (the worker reports it from the log as the workload's bug)."""
     text = "\n".join(lines)
     whole = read_output(text.splitlines())
-    carried = last_result_line(text)
-    assert (carried is not None) == whole.result_found
-    if carried is not None:
-        alone = read_output([carried])
-        assert (alone.result, str(alone.result_error)) == (whole.result, str(whole.result_error))
+    last = last_result_line(text)
+    assert (last is not None) == whole.result_found
+    if last is not None and _not_carried(last) is None:
+        alone = read_output([last])
+        assert (alone.result, alone.result_error) == (whole.result, None) and whole.result_error is None
+    elif last is not None:
+        assert whole.result_error is not None or "\x00" in last
+
+
+def test_what_the_database_or_the_worker_should_have_is_not_carried() -> None:
+    assert _not_carried(RESULT_MARKER + '{"a": 1}') is None
+    assert _not_carried(RESULT_MARKER + '"nul\x00"') == "holds a NUL character, which the metadata database refuses"
+    assert _not_carried(RESULT_MARKER + '"escaped \\u0000"') is None  # JSON's escape: stored as text, fine
+    assert _not_carried(RESULT_MARKER + "{not json") == "is not JSON"
+    assert _not_carried(RESULT_MARKER + '"' + "x" * MAX_CARRIED_CHARS + '"').startswith("has 65560 characters")
 
 
 def test_a_marker_inside_a_line_is_not_a_result() -> None:

@@ -12,6 +12,8 @@ while pods run: the shared watch's request budget is kept.
 
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import TYPE_CHECKING, Any
 
 from airflow_gpu.utils.results import RESULT_MARKER
@@ -27,6 +29,9 @@ RESULT_TAIL_LINES = 2_000
 #: The largest line carried: the event is stored with the task instance in the metadata database
 #: (``next_kwargs``), where a result of many megabytes does not belong; such a result stays the worker's read.
 MAX_CARRIED_CHARS = 64 * 1024
+#: How long the success event may wait for the read: the API server's proxy to the kubelet of a node just
+#: lost can hang, and the event (the success itself) matters more than the line.
+READ_SECONDS = 15.0
 
 
 def last_result_line(text: str) -> str | None:
@@ -41,18 +46,34 @@ async def read_result_line(
     """The pod's last result line, or None (and a log line saying why) when it cannot be carried."""
     from airflow_gpu.triggers import cluster
 
+    read = cluster.pod_log_tail(connection, namespace, name, container, RESULT_TAIL_LINES)
     try:
-        text = await cluster.pod_log_tail(connection, namespace, name, container, RESULT_TAIL_LINES)
+        text = await asyncio.wait_for(read, READ_SECONDS)
     except Exception as error:  # the worker reads the log itself if the pod outlives the resume
         log.info("The result line of pod %s/%s could not be read here (%s: %s); the task reads it when it "
                  "resumes", namespace, name, type(error).__name__, error)  # fmt: skip
         return None
     line = last_result_line(text)
-    if line is not None and len(line) > MAX_CARRIED_CHARS:
-        log.info("The result line of pod %s/%s has %d characters, more than the %d an event carries; the task "
-                 "reads it from the pod when it resumes", namespace, name, len(line), MAX_CARRIED_CHARS)  # fmt: skip
+    if line is not None and (why := _not_carried(line)):
+        log.info("The result line of pod %s/%s %s; the task reads it from the pod when it resumes", namespace,
+                 name, why)  # fmt: skip
         return None
     return line
+
+
+def _not_carried(line: str) -> str | None:
+    """Why ``line`` stays out of the event, or None. Beside its size: a NUL, which PostgreSQL's JSONB
+    refuses when the triggerer stores the event (the event lost, the trigger run again and again), and
+    a result that is not JSON, which the worker reports from the log as the workload's bug."""
+    if len(line) > MAX_CARRIED_CHARS:
+        return f"has {len(line)} characters, more than the {MAX_CARRIED_CHARS} an event carries"
+    if "\x00" in line:
+        return "holds a NUL character, which the metadata database refuses"
+    try:
+        json.loads(line[len(RESULT_MARKER) :])
+    except ValueError:
+        return "is not JSON"
+    return None
 
 
 async def with_result_line(trigger: Any, payload: dict[str, Any]) -> dict[str, Any]:
