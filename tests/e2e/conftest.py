@@ -108,7 +108,8 @@ def airflow_stack(
                 # tests' polls and the browser, and checks each token against the revoked-token table:
                 # with Airflow's 5 + 10 connections, a slow CI machine's burst (heartbeats of eight tasks,
                 # XCom pushes) can leave a request waiting out the pool's 30 s and answering 500 (CI at
-                # stop 33: every page of the browser test). 4 parts x 30 stay under PostgreSQL's 200.
+                # stop 33: every page of the browser test). Each part has a sync and an async engine: 4 parts
+                # x 2 x 30 = 240 at most, under testing/postgres.py's 300.
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_POOL_SIZE": "10",
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_MAX_OVERFLOW": "20",
                 # apache/airflow#72716: the scheduler drained a deferring worker's executor event 18 s

@@ -124,6 +124,13 @@ def test_a_reclaim_drawn_before_its_pod_was_made_judges_the_pods_made_after_that
     pulling = Fault(2, 5.0, "k8s_reclaim_pulling", target="a", key=KEY, pod_outcome="Failed")
     assert invariants.reclaims_by_phase([first, done], [pulling], [ti()], {KEY[:4]: 1}).ok  # b is the re-run
     assert not invariants.reclaims_by_phase([first], [pulling], [ti()], {KEY[:4]: 1}).ok
+    # a machine of a training Job: its sibling ranks, made just after it, are not re-runs; the next Job's are
+    rank0 = Workload("kubernetes", "job-0", KEY, 6.0, ended=9, outcome="Succeeded", group="job")
+    rank1 = Workload("kubernetes", "job-1", KEY, 6.01, ended=9, outcome="Succeeded", group="job")
+    trained = Fault(3, 5.0, "k8s_reclaim_after_success", target="job-0", key=KEY, group="job", pod_outcome="Succeeded")
+    assert invariants.reclaims_by_phase([rank0, rank1], [trained], [ti()], {KEY[:4]: 1}).ok
+    rerun = Workload("kubernetes", "job2-0", KEY, 12.0, group="job2")
+    assert not invariants.reclaims_by_phase([rank0, rank1, rerun], [trained], [ti()], {KEY[:4]: 1}).ok
 
 
 def test_interruptions_count_a_training_job_once_and_no_reclaim_after_success() -> None:

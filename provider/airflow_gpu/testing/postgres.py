@@ -26,13 +26,14 @@ from pathlib import Path
 DEBIAN_BIN_GLOB = "/usr/lib/postgresql/*/bin"
 #: The system user Debian's package creates; the server runs as it when we are root.
 SERVER_USER = "postgres"
-#: Settings for a session-long scratch database: no durability, room for every Airflow part.
+#: Settings for a session-long scratch database: no durability, room for every Airflow part (each with a sync
+#: and an async engine, each pool up to 30 in the end-to-end stack).
 SETTINGS = {
     "listen_addresses": "127.0.0.1",
     "fsync": "off",
     "synchronous_commit": "off",
     "full_page_writes": "off",
-    "max_connections": "200",
+    "max_connections": "300",
 }
 
 

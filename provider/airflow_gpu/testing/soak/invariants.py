@@ -221,12 +221,13 @@ def reclaims_by_phase(
     for f in faults:
         if f.kind in REST_FAULTS and f.instance is not None and f.outcome == "injected":
             people[f.instance].append(f.at)
-    created: dict[tuple[str, str, str, int], list[float]] = defaultdict(list)
+    created: dict[tuple[str, str, str, int], list[tuple[float, str | None]]] = defaultdict(list)
     for w in workloads:
         if w.instance is not None and w.backend == "kubernetes":
-            created[w.instance].append(w.created)
+            created[w.instance].append((w.created, w.group))
     # A fault is drawn, then waits up to AIM_SECONDS for a pod in its phase: its pod (even the one before)
-    # may be created after ``f.at``. "Later" is after the reclaimed pod itself was created.
+    # may be created after ``f.at``. "Later" is after the reclaimed pod itself was created, and not one of
+    # its own training Job's machines (made with it, a few milliseconds apart).
     born = {w.name: w.created for w in workloads if w.backend == "kubernetes"}
     states = {(t["dag_id"], t["task_id"], t["dag_run_id"], t["map_index"]): t["state"] for t in instances}
     judged = [f for f in faults if f.kind in PHASE_RECLAIMS and f.outcome == "injected" and f.key]
@@ -237,7 +238,9 @@ def reclaims_by_phase(
         if any(at >= f.at for at in people.get(instance, [])):
             continue
         since = born.get(f.target, f.at)
-        later = sorted(at for at in created.get(instance, []) if at > since)
+        later = sorted(
+            at for at, group in created.get(instance, []) if at > since and (group is None or group != f.group)
+        )
         success = f.kind == "k8s_reclaim_after_success" or f.pod_outcome == "Succeeded"
         where = f"#{f.number} {f.kind} of {f.target} ({instance})"
         if not success and not later:
