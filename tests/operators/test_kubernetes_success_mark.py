@@ -108,3 +108,28 @@ def test_with_durable_off_each_try_runs_its_own_pod(kubernetes_emulator: Kuberne
     died_after_reading(kubernetes_emulator, store)
     assert operator(kubernetes_emulator, durable=False).execute(context(store, 2)) == {"loss": 0.5}
     assert pods_ever(kubernetes_emulator) == 2
+
+
+def test_a_try_whose_supervisor_died_leaves_its_running_pod_to_the_retry(
+    kubernetes_emulator: KubernetesEmulator,
+) -> None:
+    """The soak (seed 9): worker-2's supervisor was SIGKILLed while its task waited on a running pod; the task
+    process lived on, its next log line failed (a broken pipe), and KPO's cleanup labelled the running pod
+    ``already_checked`` on the way out, so the retry made a second pod. The supervisor's death is played by
+    the recorded parent pid changing and the wait raising ``BrokenPipeError``."""
+    store = Store()
+    first = operator(kubernetes_emulator, "sleep 3; " + RESULT)
+
+    def orphaned(pod: Any, *args: Any, **kwargs: Any) -> Any:
+        first._supervisor = -1  # type: ignore[attr-defined]  # another parent now: the supervisor is gone
+        raise BrokenPipeError(32, "Broken pipe")
+
+    first.pod_manager.await_pod_completion = orphaned  # type: ignore[method-assign]
+    with pytest.raises(BrokenPipeError):
+        first.execute(context(store, 1))
+    core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubernetes_emulator.kubeconfig_path)))
+    (pod,) = core.list_namespaced_pod("default").items
+    assert "already_checked" not in (pod.metadata.labels or {}) and pod.metadata.deletion_timestamp is None
+    retry = context(store, 2)
+    assert operator(kubernetes_emulator, "sleep 3; " + RESULT).execute(retry) == {"loss": 0.5}
+    assert pods_ever(kubernetes_emulator) == 1  # the retry reattached to it: the workload ran once

@@ -11,17 +11,17 @@ burning retries. The workload gets the run's environment, a spot notice file (``
 SIGTERM with the policy's grace period. The run's state rides through each deferral and on every
 pod (annotation ``airflow-gpu/state``). A retry reattaches only to a pod with this task try's
 identity (dag, task, run, map index, an earlier or equal try, the recorded uid): a name is a slot,
-not an identity (apache/airflow#71743). A new try takes over an earlier try's succeeded pod that no
-try read (a deferred task's resume lost) instead of running it again (``kubernetes_takeover``).
-Everything else is KPO's: pod launching, log streaming,
-cleanup, ``on_kill``. A deferred task's trips through the triggerer (the deferral to
-``GPUPodTrigger``, the pods it created, a deferral that timed out) are ``kubernetes_resume.PodDeferral``'s.
+not an identity (apache/airflow#71743). A new try takes over an earlier try's success (a resume lost,
+a worker dead after the read) instead of running it again (``kubernetes_takeover``, ``success_mark``).
+Everything else is KPO's: pod launching, log streaming, cleanup, ``on_kill``. A deferred task's trips
+through the triggerer are ``kubernetes_resume.PodDeferral``'s.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -256,7 +256,10 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
 
         KPO cleans up only a pod it read back (``remote_pod``); one whose create succeeded but whose first read
         failed (the API server throttled or down past the retry budget) would run on, billed, for nobody: it
-        is read here and, while it runs, deleted (unless ``on_finish_action="keep_pod"``)."""
+        is read here and, while it runs, deleted (unless ``on_finish_action="keep_pod"``). A try whose supervisor
+        died leaves the pod to its retry: KPO's cleanup labelled it checked, and the retry ran it again (soak)."""
+        if getattr(self, "_supervisor", None) not in (None, os.getppid()):
+            return
         self._outcome = self._logged_result = self._result_error = self._output = None
         self._unread = UNREAD
         if not self._killed and self.pod is not None and remote_pod is None:
@@ -335,8 +338,9 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
         kubernetes_profiler.publish(self, context, pod_name, node)
 
     def execute(self, context: Context) -> Any:
-        """KPO's; a new try first takes over an earlier try's succeeded pod that no try read (a lost resume, a
-        worker dead after the pod's success) instead of running the workload again (``kubernetes_takeover``)."""
+        """KPO's; a new try first takes over a success an earlier try read (``success_mark``) or a succeeded pod
+        no try read (``kubernetes_takeover``) instead of running the workload again."""
+        self._supervisor = os.getppid()  # Airflow's task supervisor: see ``cleanup``
         if self.reattach_on_restart and (mark := success_mark.recorded(context)) is not None:  # read, then died
             return success_mark.take_over(self, context, mark)
         if (unread := succeeded_unread(self, context)) is not None:
