@@ -174,3 +174,15 @@ def test_a_deferred_pod_whose_workload_ended_before_the_drain_is_not_replaced(sp
     assert operator(spot_l4, deferrable=True).trigger_reentry(ctx, event, **deferred.value.kwargs) is None
     assert pods_ever(spot_l4) == [name], pods_ever(spot_l4)
     assert ctx["ti"].xcom[INTERRUPTIONS_XCOM_KEY] == []
+
+
+def test_a_succeeded_pod_whose_log_is_gone_keeps_the_result_line_followed(spot_l4: KubernetesEmulator) -> None:
+    """The soak (seed 9): PodGC deleted the completed pod between KPO's last read of it and the operator's
+    read of its log (404). The result line had been followed while the pod ran: it is the task's result.
+    The log's loss is played by the operator's own log read (``ClusterReads.output``) answering 404."""
+    op = operator(spot_l4)
+    op.reads.output = lambda pod, container: (None, "its log could not be read (404 Not Found)")  # type: ignore[method-assign]
+    ctx = context()
+    assert op.execute(ctx) == {"loss": 0.5}
+    assert ctx["ti"].xcom["return_value"] == {"loss": 0.5}
+    assert len(pods_ever(spot_l4)) == 1

@@ -299,9 +299,9 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
         self._outcome = classify_pod(current)
         if self._outcome.outcome is not Outcome.UNSCHEDULABLE and (self.gpu_profile or not self.do_xcom_push):
             self._output, self._unread = self.reads.output(pod, self.base_container_name)
-        if self._outcome.outcome is Outcome.SUCCEEDED and not self.do_xcom_push and self._output is not None:
-            self._logged_result = self._output.result
-            self._result_error = self._output.result_error  # a bug in the workload: raised after cleanup
+        if self._outcome.outcome is Outcome.SUCCEEDED and not self.do_xcom_push:  # a log gone (PodGC, a drain)
+            kept = self._output or read_output(self.pod_manager.followed_results(self.base_container_name))
+            self._logged_result, self._result_error = kept.result, kept.result_error  # an error: raised later
         if self._outcome.outcome is Outcome.UNSCHEDULABLE:
             self.reads.delete_and_wait(pod)  # never leave a pending pod to start later
 
