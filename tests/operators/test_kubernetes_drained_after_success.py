@@ -186,3 +186,14 @@ def test_a_succeeded_pod_whose_log_is_gone_keeps_the_result_line_followed(spot_l
     assert op.execute(ctx) == {"loss": 0.5}
     assert ctx["ti"].xcom["return_value"] == {"loss": 0.5}
     assert len(pods_ever(spot_l4)) == 1
+
+
+def test_a_followed_result_line_that_is_not_json_is_taken_as_cut_not_as_a_bug(spot_l4: KubernetesEmulator) -> None:
+    """KPO's log follower hands on a line cut off when its stream ends; with the log gone, such a line cannot
+    be told from a workload's bad one, and the task succeeds without a result rather than failing with no
+    retry (``followed_output``)."""
+    op = operator(spot_l4, "echo '::airflow-gpu-result::{\"loss\": 0.'")
+    op.reads.output = lambda pod, container: (None, "its log could not be read (404 Not Found)")  # type: ignore[method-assign]
+    ctx = context()
+    assert op.execute(ctx) is None
+    assert "return_value" not in ctx["ti"].xcom

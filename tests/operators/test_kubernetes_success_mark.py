@@ -133,3 +133,22 @@ def test_a_try_whose_supervisor_died_leaves_its_running_pod_to_the_retry(
     retry = context(store, 2)
     assert operator(kubernetes_emulator, "sleep 3; " + RESULT).execute(retry) == {"loss": 0.5}
     assert pods_ever(kubernetes_emulator) == 1  # the retry reattached to it: the workload ran once
+
+
+def test_an_orphaned_last_try_deletes_its_pod_rather_than_leave_it_running(
+    kubernetes_emulator: KubernetesEmulator,
+) -> None:
+    """No retry will take the pod over (this is the task's last try): it is deleted, not left billed for nobody."""
+    store = Store()
+    last = operator(kubernetes_emulator, "sleep 30; " + RESULT)
+
+    def orphaned(pod: Any, *args: Any, **kwargs: Any) -> Any:
+        last._supervisor = -1  # type: ignore[attr-defined]
+        raise BrokenPipeError(32, "Broken pipe")
+
+    last.pod_manager.await_pod_completion = orphaned  # type: ignore[method-assign]
+    with pytest.raises(BrokenPipeError):
+        last.execute(context(store, 1, max_tries=0))
+    core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubernetes_emulator.kubeconfig_path)))
+    pods = core.list_namespaced_pod("default").items
+    assert all(p.metadata.deletion_timestamp is not None for p in pods), pods

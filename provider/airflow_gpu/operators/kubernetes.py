@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -45,7 +44,7 @@ from airflow_gpu.accelerators.shared_memory import SharedMemory
 from airflow_gpu.accelerators.spec import Accelerator, parse_candidates
 from airflow_gpu.images.selection import resolve_image
 from airflow_gpu.links.profile import GPUProfileLink
-from airflow_gpu.operators import kubernetes_profiler, success_mark
+from airflow_gpu.operators import kubernetes_profiler, orphaned_try, success_mark
 from airflow_gpu.operators.gpu_profile import check_interval, profiled_by_default
 from airflow_gpu.operators.kubernetes_pod import STATE_ANNOTATION, dress, placement
 from airflow_gpu.operators.kubernetes_reads import UNREAD, ClusterReads, RetryingPodManager, lost_create
@@ -61,7 +60,7 @@ from airflow_gpu.triggers.interruption_log import log_interruptions
 from airflow_gpu.utils.api_retry import call
 from airflow_gpu.utils.kubernetes import to_dict
 from airflow_gpu.utils.pod_identity import identity_mismatch
-from airflow_gpu.utils.results import ResultError, WorkloadOutput, missing_result, read_output
+from airflow_gpu.utils.results import ResultError, WorkloadOutput, missing_result
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -257,9 +256,9 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
         KPO cleans up only a pod it read back (``remote_pod``); one whose create succeeded but whose first read
         failed (the API server throttled or down past the retry budget) would run on, billed, for nobody: it
         is read here and, while it runs, deleted (unless ``on_finish_action="keep_pod"``). A try whose supervisor
-        died leaves the pod to its retry: KPO's cleanup labelled it checked, and the retry ran it again (soak)."""
-        if getattr(self, "_supervisor", None) not in (None, os.getppid()):
-            return
+        died leaves the pod to its retry or deletes it, nothing more (``orphaned_try``)."""
+        if orphaned_try.orphaned(self):
+            return orphaned_try.settle(self, context, remote_pod or self.pod)
         self._outcome = self._logged_result = self._result_error = self._output = None
         self._unread = UNREAD
         if not self._killed and self.pod is not None and remote_pod is None:
@@ -300,7 +299,7 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
         if self._outcome.outcome is not Outcome.UNSCHEDULABLE and (self.gpu_profile or not self.do_xcom_push):
             self._output, self._unread = self.reads.output(pod, self.base_container_name)
         if self._outcome.outcome is Outcome.SUCCEEDED and not self.do_xcom_push:  # a log gone (PodGC, a drain)
-            kept = self._output or read_output(self.pod_manager.followed_results(self.base_container_name))
+            kept = self._output or self.pod_manager.followed_output(self.base_container_name)
             self._logged_result, self._result_error = kept.result, kept.result_error  # an error: raised later
         if self._outcome.outcome is Outcome.UNSCHEDULABLE:
             self.reads.delete_and_wait(pod)  # never leave a pending pod to start later
@@ -312,7 +311,7 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
         not an interruption (issue 26). Its result comes from the log lines already followed; without one,
         the task succeeds with a warning that names who deleted the pod, as far as the cluster tells."""
         self._gone_succeeded = True
-        self._output = read_output(self.pod_manager.followed_results(self.base_container_name))
+        self._output = self.pod_manager.followed_output(self.base_container_name)
         if self._output.result_found and not self.do_xcom_push:
             self._logged_result, self._result_error = self._output.result, self._output.result_error
             self.log.warning("Pod %s succeeded and was then deleted before its end was read; its result line had "
@@ -340,7 +339,7 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
     def execute(self, context: Context) -> Any:
         """KPO's; a new try first takes over a success an earlier try read (``success_mark``) or a succeeded pod
         no try read (``kubernetes_takeover``) instead of running the workload again."""
-        self._supervisor = os.getppid()  # Airflow's task supervisor: see ``cleanup``
+        orphaned_try.remember(self)  # Airflow's task supervisor: see ``cleanup``
         if self.reattach_on_restart and (mark := success_mark.recorded(context)) is not None:  # read, then died
             return success_mark.take_over(self, context, mark)
         if (unread := succeeded_unread(self, context)) is not None:

@@ -68,6 +68,13 @@ class RetryingPodManager(PodManager):
         """The result lines (``RESULT_MARKER``) of ``container``'s log that were followed since ``forget``."""
         return [line for name, line in self._followed if name == container]
 
+    def followed_output(self, container: str) -> WorkloadOutput:
+        """What the followed result lines say, for a pod or log gone before the end was read. A last line that
+        is not JSON counts as none: KPO's follower hands on a line cut off when the stream ends, which the
+        workload may have printed whole (no bug of its to fail the task for)."""
+        output = read_output(self.followed_results(container))
+        return WorkloadOutput() if output.result_error is not None else output
+
     def carried(self, container: str, line: str) -> None:
         """A result line the trigger read from ``container``'s log when the pod succeeded (``result_tail``):
         the pod may be deleted before the resumed task can read its log."""

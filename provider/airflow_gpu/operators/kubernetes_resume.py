@@ -35,7 +35,7 @@ from airflow.sdk.exceptions import AirflowSkipException, TaskDeferralError, Task
 from kubernetes.client import models as k8s
 from kubernetes.client.exceptions import ApiException
 
-from airflow_gpu.operators import kubernetes_profiler
+from airflow_gpu.operators import kubernetes_profiler, orphaned_try
 from airflow_gpu.operators.kubernetes_deferral import replacement_plan
 from airflow_gpu.operators.kubernetes_reads import UNREAD
 from airflow_gpu.operators.retry_handover import latest_live, live, why_no_takeover
@@ -139,6 +139,7 @@ class PodDeferral:
         op._outcome = op._dropped = op._output = op._ended = None
         op._unread, op._gone_succeeded = UNREAD, False
         op.pod_manager.forget()
+        orphaned_try.remember(op)  # a resumed try has a supervisor of its own: see ``cleanup``
         if carried := event.get(RESULT_LINE_KEY):  # the trigger's read of the result: the pod may be gone now
             op.pod_manager.carried(op.base_container_name, carried)
         op._replay_trigger_pods(context, event, deferred)  # KPO's callbacks and events for the trigger's pods
