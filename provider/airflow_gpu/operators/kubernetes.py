@@ -50,7 +50,7 @@ from airflow_gpu.operators.kubernetes_pod import STATE_ANNOTATION, dress, placem
 from airflow_gpu.operators.kubernetes_reads import UNREAD, ClusterReads, RetryingPodManager, lost_create
 from airflow_gpu.operators.kubernetes_resume import PodDeferral
 from airflow_gpu.operators.kubernetes_takeover import succeeded_unread, take_over
-from airflow_gpu.operators.retry_handover import live
+from airflow_gpu.operators.retry_handover import live, why_no_takeover
 from airflow_gpu.operators.spot_task import bad_result, fail, publish
 from airflow_gpu.spot import admission
 from airflow_gpu.spot.classifier import Classification, Outcome, classify_deleted_pod, classify_pod, disrupted_by
@@ -257,8 +257,9 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
         failed (the API server throttled or down past the retry budget) would run on, billed, for nobody: it
         is read here and, while it runs, deleted (unless ``on_finish_action="keep_pod"``). A try whose supervisor
         died leaves the pod to its retry or deletes it, nothing more (``orphaned_try``)."""
-        if orphaned_try.orphaned(self):
-            return orphaned_try.settle(self, context, remote_pod or self.pod)
+        if orphaned_try.orphaned(self):  # its retry takes the pod over, if one will
+            kept = context is not None and why_no_takeover(self, context) is None
+            return orphaned_try.settle(self, remote_pod or self.pod, kept)
         self._outcome = self._logged_result = self._result_error = self._output = None
         self._unread = UNREAD
         if not self._killed and self.pod is not None and remote_pod is None:

@@ -7,7 +7,7 @@ fails with a broken pipe. On the way out KPO's cleanup then labelled the running
 ran on, and the retry, which skips a checked pod, ran the workload again beside it (the soak, seed 9).
 
 Such a try can no longer tell Airflow anything. When a retry will take its pod over
-(``retry_handover.why_no_takeover``: reattach on, a try left, no retry policy) it leaves the pod
+(the operator asks ``retry_handover.why_no_takeover``: reattach on, a try left, no retry policy) it leaves the pod
 alone for that retry; otherwise it deletes the pod, quietly, so that nothing runs on for nobody.
 The supervisor is the task process's parent (a plain fork under every executor); a run with no
 supervisor (``dag.test()``, ``airflow tasks test``: in process) is never judged orphaned.
@@ -17,12 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import TYPE_CHECKING, Any
-
-from airflow_gpu.operators.retry_handover import why_no_takeover
-
-if TYPE_CHECKING:
-    from airflow.sdk import Context
+from typing import Any
 
 
 def remember(op: Any) -> None:
@@ -40,9 +35,10 @@ def orphaned(op: Any) -> bool:
     return supervisor is not None and os.getppid() != supervisor
 
 
-def settle(op: Any, context: Context | None, pod: Any) -> None:
-    """Leave ``pod`` to the retry that will take it over, else delete it; no log line (they fail here)."""
-    if pod is None or (context is not None and why_no_takeover(op, context) is None):
+def settle(op: Any, pod: Any, taken_over: bool) -> None:
+    """Leave ``pod`` to the retry that will take it over (``taken_over``), else delete it; no log line (they
+    fail here)."""
+    if pod is None or taken_over:
         return
     with contextlib.suppress(Exception):
         op.client.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
