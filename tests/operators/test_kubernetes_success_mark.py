@@ -151,4 +151,5 @@ def test_an_orphaned_last_try_deletes_its_pod_rather_than_leave_it_running(
         last.execute(context(store, 1, max_tries=0))
     core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubernetes_emulator.kubeconfig_path)))
     pods = core.list_namespaced_pod("default").items
-    assert all(p.metadata.deletion_timestamp is not None for p in pods), pods
+    assert pods_ever(kubernetes_emulator) == 1  # the pod was made, and then:
+    assert all(p.metadata.deletion_timestamp is not None for p in pods), pods  # deleted, or being deleted

@@ -17,8 +17,8 @@ from kubernetes import client, config
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 from airflow_gpu.testing.polling import wait_for
 from airflow_gpu.triggers.cluster import ClusterConnection
-from airflow_gpu.triggers.result_tail import MAX_CARRIED_CHARS, _not_carried, last_result_line, read_result_line
-from airflow_gpu.utils.results import RESULT_MARKER, read_output
+from airflow_gpu.triggers.result_tail import MAX_CARRIED_CHARS, _not_carried, read_result_line
+from airflow_gpu.utils.results import RESULT_MARKER, last_result_line, read_output
 
 
 class Said:
@@ -44,7 +44,7 @@ def test_the_line_carried_gives_the_worker_what_the_whole_log_would(lines: list[
     not carried (the worker reports it from the log as the workload's bug)."""
     text = "\n".join(lines)
     whole = read_output(text.splitlines())
-    last = last_result_line(text)
+    last = last_result_line(text.splitlines())
     assert (last is not None) == whole.result_found
     if last is not None and _not_carried(last) is None:
         alone = read_output([last])
@@ -62,8 +62,8 @@ def test_what_the_database_or_the_worker_should_have_is_not_carried() -> None:
 
 
 def test_a_marker_inside_a_line_is_not_a_result() -> None:
-    assert last_result_line(f"log: {RESULT_MARKER}1\n{RESULT_MARKER}2\nnext") == f"{RESULT_MARKER}2"
-    assert last_result_line(f"  {RESULT_MARKER}1") is None
+    assert last_result_line(f"log: {RESULT_MARKER}1\n{RESULT_MARKER}2\nnext".splitlines()) == f"{RESULT_MARKER}2"
+    assert last_result_line([f"  {RESULT_MARKER}1"]) is None
 
 
 def run_pod(emulator: KubernetesEmulator, name: str, script: str) -> ClusterConnection:

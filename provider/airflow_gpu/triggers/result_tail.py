@@ -16,7 +16,7 @@ import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
-from airflow_gpu.utils.results import RESULT_MARKER
+from airflow_gpu.utils.results import RESULT_MARKER, last_result_line
 
 if TYPE_CHECKING:
     from airflow_gpu.triggers.cluster import ClusterConnection
@@ -34,12 +34,6 @@ MAX_CARRIED_CHARS = 64 * 1024
 READ_SECONDS = 15.0
 
 
-def last_result_line(text: str) -> str | None:
-    """The last line of ``text`` that starts with the result marker, None when there is none."""
-    found = [line for line in text.splitlines() if line.startswith(RESULT_MARKER)]
-    return found[-1] if found else None
-
-
 async def read_result_line(
     connection: ClusterConnection, namespace: str, name: str, container: str, log: Any
 ) -> str | None:
@@ -53,7 +47,7 @@ async def read_result_line(
         log.info("The result line of pod %s/%s could not be read here (%s: %s); the task reads it when it "
                  "resumes", namespace, name, type(error).__name__, error)  # fmt: skip
         return None
-    line = last_result_line(text)
+    line = last_result_line(text.splitlines())
     if line is not None and (why := _not_carried(line)):
         log.info("The result line of pod %s/%s %s; the task reads it from the pod when it resumes", namespace,
                  name, why)  # fmt: skip

@@ -21,15 +21,21 @@ class ResultError(ValueError):
     """The workload printed a result line that is not JSON."""
 
 
+def last_result_line(lines: Iterable[str]) -> str | None:
+    """The last of ``lines`` that starts with the result marker, None when there is none."""
+    found = [line for line in lines if line.startswith(RESULT_MARKER)]
+    return found[-1] if found else None
+
+
 def last_result(lines: Iterable[str]) -> tuple[bool, Any]:
     """``(found, value)`` for the last result line among ``lines``; ``ResultError`` if it is not JSON."""
-    found = [line for line in lines if line.startswith(RESULT_MARKER)]
-    if not found:
+    line = last_result_line(lines)
+    if line is None:
         return False, None
     try:
-        return True, json.loads(found[-1][len(RESULT_MARKER) :])
+        return True, json.loads(line[len(RESULT_MARKER) :])
     except ValueError as error:
-        raise ResultError(f"the workload printed a result that is not JSON: {found[-1]!r}") from error
+        raise ResultError(f"the workload printed a result that is not JSON: {line!r}") from error
 
 
 PROFILE_XCOM_KEY = "gpu_profile"
