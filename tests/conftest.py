@@ -33,6 +33,11 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
     os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
     os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{home / 'airflow.db'}"
+    # Triggers run in this process (and in `airflow dags test` beside it) fire at once: the resume dwell
+    # (triggers/resume_dwell.py) guards a real scheduler's race, and here it only added 10 s to every
+    # deferred test. It is set in this home's airflow.cfg, not the environment, so that an Airflow stack a
+    # test starts (its own home) keeps the dwell users get, and a test may still set its own by environment.
+    (home / "airflow.cfg").write_text("[gpu]\nresume_dwell_seconds = 0\n")
     # An empty trust store for this process and every one it starts (the Airflow stack, tasks): nothing
     # here speaks TLS (the emulators serve plain HTTP, the machine reaches no other host), yet every
     # ssl.create_default_context() without a CA file parses the system's 144 CAs, 40-50 ms of CPU. The

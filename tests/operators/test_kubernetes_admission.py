@@ -29,7 +29,8 @@ def core(emulator: KubernetesEmulator) -> client.CoreV1Api:
 def operator(emulator: KubernetesEmulator, **kwargs: Any) -> GPUKubernetesOperator:
     return GPUKubernetesOperator(
         task_id="train", name="train", accelerator="L4:2", cmds=["true"], gpu_profile=False, capacity="spot",
-        namespace="default", kubernetes_conn_id=None, config_file=str(emulator.kubeconfig_path), **kwargs,
+        namespace="default", kubernetes_conn_id=None, config_file=str(emulator.kubeconfig_path),
+        startup_check_interval_seconds=1, **kwargs,
     )  # fmt: skip
 
 

@@ -31,7 +31,7 @@ RESULT = "print('::airflow-gpu-result::' + '{\"loss\": 0.5}')"
 def operator(emulator: KubernetesEmulator, image: str, cmds: list[str], **kwargs: Any) -> GPUKubernetesOperator:
     return GPUKubernetesOperator(
         task_id="train", name="train", accelerator="L4", image=image, cmds=cmds, namespace="default",
-        kubernetes_conn_id=None, config_file=str(emulator.kubeconfig_path), **kwargs,
+        kubernetes_conn_id=None, config_file=str(emulator.kubeconfig_path), startup_check_interval_seconds=1, **kwargs,
     )  # fmt: skip
 
 

@@ -48,7 +48,7 @@ def operator(emulator: KubernetesEmulator, script: str = RESULT, **kwargs: Any) 
     return GPUKubernetesOperator(
         task_id="train", name="train", accelerator="L4", capacity="spot", cmds=["sh", "-c", script],
         gpu_profile=False, namespace="default", kubernetes_conn_id=None,
-        config_file=str(emulator.kubeconfig_path), **kwargs,
+        config_file=str(emulator.kubeconfig_path), startup_check_interval_seconds=1, **kwargs,
     )  # fmt: skip
 
 

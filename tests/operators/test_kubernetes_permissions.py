@@ -65,7 +65,7 @@ def context() -> Any:
 def operator(kubeconfig: Path, **kwargs: Any) -> GPUKubernetesOperator:
     return GPUKubernetesOperator(
         task_id="train", name="train", namespace=NAMESPACE, kubernetes_conn_id=None, config_file=str(kubeconfig),
-        **{"accelerator": "L4", "cmds": ["sh", "-c", RESULT], **kwargs},
+        **{"accelerator": "L4", "cmds": ["sh", "-c", RESULT], "startup_check_interval_seconds": 1, **kwargs},
     )  # fmt: skip
 
 

@@ -75,7 +75,7 @@ def secure() -> dict[str, Any]:
 def pod_operator(emulator: KubernetesEmulator, namespace: str, **kwargs: Any) -> GPUKubernetesOperator:
     return GPUKubernetesOperator(
         task_id="train", name="train", accelerator="L4", namespace=namespace, kubernetes_conn_id=None,
-        config_file=str(emulator.kubeconfig_path), **{"cmds": ["true"], **kwargs},
+        config_file=str(emulator.kubeconfig_path), **{"cmds": ["true"], "startup_check_interval_seconds": 1, **kwargs},
     )  # fmt: skip
 
 

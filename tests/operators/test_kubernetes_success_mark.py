@@ -30,7 +30,7 @@ def operator(emulator: KubernetesEmulator, script: str = RESULT, **kwargs: Any) 
     return GPUKubernetesOperator(
         task_id="train", name="train", accelerator="L4", capacity="on-demand", cmds=["sh", "-c", script],
         gpu_profile=False, namespace="default", kubernetes_conn_id=None,
-        config_file=str(emulator.kubeconfig_path), **kwargs,
+        config_file=str(emulator.kubeconfig_path), startup_check_interval_seconds=1, **kwargs,
     )  # fmt: skip
 
 
@@ -116,7 +116,8 @@ def test_a_try_whose_supervisor_died_leaves_its_running_pod_to_the_retry(
     """The soak (seed 9): worker-2's supervisor was SIGKILLed while its task waited on a running pod; the task
     process lived on, its next log line failed (a broken pipe), and KPO's cleanup labelled the running pod
     ``already_checked`` on the way out, so the retry made a second pod. The supervisor's death is played by
-    the recorded parent pid changing and the wait raising ``BrokenPipeError``."""
+    the recorded parent pid changing and the log follow (where the log line is written) raising
+    ``BrokenPipeError`` while the pod runs."""
     store = Store()
     first = operator(kubernetes_emulator, "sleep 3; " + RESULT)
 
@@ -124,12 +125,13 @@ def test_a_try_whose_supervisor_died_leaves_its_running_pod_to_the_retry(
         first._supervisor = -1  # type: ignore[attr-defined]  # another parent now: the supervisor is gone
         raise BrokenPipeError(32, "Broken pipe")
 
-    first.pod_manager.await_pod_completion = orphaned  # type: ignore[method-assign]
+    first.pod_manager.fetch_requested_container_logs = orphaned  # type: ignore[method-assign]
     with pytest.raises(BrokenPipeError):
         first.execute(context(store, 1))
     core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubernetes_emulator.kubeconfig_path)))
     (pod,) = core.list_namespaced_pod("default").items
     assert "already_checked" not in (pod.metadata.labels or {}) and pod.metadata.deletion_timestamp is None
+    assert pod.status.phase == "Running"  # left running, for the retry
     retry = context(store, 2)
     assert operator(kubernetes_emulator, "sleep 3; " + RESULT).execute(retry) == {"loss": 0.5}
     assert pods_ever(kubernetes_emulator) == 1  # the retry reattached to it: the workload ran once
@@ -146,10 +148,10 @@ def test_an_orphaned_last_try_deletes_its_pod_rather_than_leave_it_running(
         last._supervisor = -1  # type: ignore[attr-defined]
         raise BrokenPipeError(32, "Broken pipe")
 
-    last.pod_manager.await_pod_completion = orphaned  # type: ignore[method-assign]
+    last.pod_manager.fetch_requested_container_logs = orphaned  # type: ignore[method-assign]
     with pytest.raises(BrokenPipeError):
         last.execute(context(store, 1, max_tries=0))
     core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubernetes_emulator.kubeconfig_path)))
     pods = core.list_namespaced_pod("default").items
-    assert pods_ever(kubernetes_emulator) == 1  # the pod was made, and then:
+    assert pods_ever(kubernetes_emulator) == 1  # the pod was made, and while it ran:
     assert all(p.metadata.deletion_timestamp is not None for p in pods), pods  # deleted, or being deleted

@@ -24,7 +24,8 @@ def operator(emulator: KubernetesEmulator, **kwargs: Any) -> GPUKubernetesOperat
     options = {"deferrable": True, "capacity": "on-demand", "gpu_profile": False, **kwargs}
     return GPUKubernetesOperator(
         task_id="train", name="train", accelerator="L4", cmds=["python3", "-c", RESULT],
-        namespace="default", kubernetes_conn_id=None, config_file=str(emulator.kubeconfig_path), **options,
+        namespace="default", kubernetes_conn_id=None, config_file=str(emulator.kubeconfig_path),
+        startup_check_interval_seconds=1, **options,
     )  # fmt: skip
 
 

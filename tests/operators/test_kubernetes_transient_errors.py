@@ -20,7 +20,8 @@ RESULT = "import time; time.sleep(2); print('::airflow-gpu-result::' + '{\"loss\
 def operator(emulator: KubernetesEmulator, script: str = RESULT, **kwargs: Any) -> GPUKubernetesOperator:
     return GPUKubernetesOperator(
         task_id="train", name="train", accelerator="L4", cmds=["python3", "-c", script], gpu_profile=False,
-        namespace="default", kubernetes_conn_id=None, config_file=str(emulator.kubeconfig_path), **kwargs,
+        namespace="default", kubernetes_conn_id=None, config_file=str(emulator.kubeconfig_path),
+        startup_check_interval_seconds=1, **kwargs,
     )  # fmt: skip
 
 

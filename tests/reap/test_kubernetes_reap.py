@@ -91,7 +91,7 @@ def test_an_orphan_is_listed_then_deleted_with_its_grace_and_nothing_else_is_tou
 def test_an_earlier_tries_pod_is_an_orphan_only_once_the_later_try_has_its_own(
     kubernetes_emulator: KubernetesEmulator, core: client.CoreV1Api
 ) -> None:
-    start_pod(core, "shard-try1", pod_marks(Ti(1, dag_id="gpu", task_id="shard", run_id=RUN)))
+    start_pod(core, "shard-try1", pod_marks(Ti(1, dag_id="gpu", task_id="shard", run_id=RUN)), grace=1)
     start_pod(core, "shard-try2", pod_marks(Ti(2, dag_id="gpu", task_id="shard", run_id=RUN)))
     start_pod(core, "adopted-try1", pod_marks(Ti(1, dag_id="gpu", task_id="adopted", run_id=RUN)))
     airflow = RecordedAirflow({

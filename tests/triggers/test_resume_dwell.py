@@ -11,8 +11,15 @@ from airflow_gpu.triggers import resume_dwell
 
 
 def test_the_dwell_comes_from_the_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.providers.common.compat.sdk import conf
+
     monkeypatch.delenv("AIRFLOW__GPU__RESUME_DWELL_SECONDS", raising=False)
-    assert resume_dwell.dwell_seconds() == resume_dwell.RESUME_DWELL_SECONDS
+    assert resume_dwell.dwell_seconds() == 0.0  # the suite's airflow.cfg says so (tests/conftest.py)
+    conf.remove_option("gpu", "resume_dwell_seconds")
+    try:
+        assert resume_dwell.dwell_seconds() == resume_dwell.RESUME_DWELL_SECONDS  # what users get
+    finally:
+        conf.set("gpu", "resume_dwell_seconds", "0")
     monkeypatch.setenv("AIRFLOW__GPU__RESUME_DWELL_SECONDS", "30")
     assert resume_dwell.dwell_seconds() == 30.0
     monkeypatch.setenv("AIRFLOW__GPU__RESUME_DWELL_SECONDS", "-5")
