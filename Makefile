@@ -62,23 +62,24 @@ docs: install
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 
 # Every test, end-to-end included; the 15 slowest are listed at the end so that the cost stays visible.
-# Three workers on two cores: one runs the end-to-end tests on the shared Airflow stack (tests/conftest.py
-# keeps them together), two share the rest. Those wait more than they compute (retry pauses, emulator
-# clocks: 264 s of CPU in 607 s of test time, measured with --durations=0), so one worker for them all
-# was the whole run's critical path.
+# Four workers on two cores: one runs the end-to-end tests on the shared Airflow stack (tests/conftest.py
+# keeps them together), three share the rest. Those wait more than they compute (retry pauses, emulator
+# clocks, processes they start), and the workers end within seconds of each other, so the rest is the
+# critical path: pytest took 404 s with three workers and 319 s with four, back to back on this 2-core
+# machine (a timeline of each test's start and end per worker).
 pytest: system-packages-test install
-	$(BIN)/pytest -n 3 --durations=15
+	$(BIN)/pytest -n 4 --durations=15
 
 test: system-packages-test lint typecheck docs pytest
 
 # The inner loop: unit and emulator-API tests, no Airflow process, browser or training (the `slow`
-# marker, which tests/programs.py enforces), in under a minute on 2 cores. Three workers on two cores:
-# the emulator tests mostly wait on their emulators' clocks, and each worker pays about 7 s of CPU to
-# import and collect the suite (a fourth costs more than it overlaps). tests/e2e is all `slow`: not
-# even imported. The quick Hypothesis profile tries a fifth of the examples, the same ones each run
-# (tests/properties.py).
+# marker, which tests/programs.py enforces), in under a minute on 2 cores. Six workers on two cores:
+# the emulator tests mostly wait on their emulators' clocks, and each worker pays about 5 s of CPU to
+# import and collect the suite; measured back to back, 3 workers took 78 s, 4 took 72 s, 5 took 62 s,
+# 6 took 58 s and 8 took 70 s. tests/e2e is all `slow`: not even imported. The quick Hypothesis profile
+# tries a fifth of the examples, the same ones each run (tests/properties.py).
 test-quick: install
-	$(BIN)/pytest -m "not slow" -q -n 3 --ignore=tests/e2e --hypothesis-profile=quick --durations=10
+	$(BIN)/pytest -m "not slow" -q -n 6 --ignore=tests/e2e --hypothesis-profile=quick --durations=10
 
 # The floor: every deferrable scenario and the triggers' tests against the oldest Airflow the provider
 # supports (3.2.0), in a virtual environment of its own. Not part of `make test` (it installs a second

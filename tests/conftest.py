@@ -89,7 +89,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Where the end-to-end tests go, and in which order.
 
-    With pytest-xdist (``make test`` runs ``-n 3``) they are one unit of work (below), run first by
+    With pytest-xdist (``make test`` runs ``-n 4``) they are one unit of work (below), run first by
     one worker on the one shared Airflow stack while the other workers run the unit tests: the
     stack mostly waits on its emulators, so they overlap instead of adding up. Without xdist
     they go last: the stack lives until the session ends, and its scheduler would otherwise keep a
