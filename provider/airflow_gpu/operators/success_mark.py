@@ -1,11 +1,13 @@
-"""A try that read its pod's success says so in the task state store before the pod is deleted; a retry
-after that try's worker died takes the success over instead of running the workload again.
+"""A try that read its workload's success says so in the task state store before anything can lose it; a
+retry after that try's worker died takes the success over instead of running the workload again.
 
-KPO's cleanup deletes a succeeded pod as soon as the try has read it, and the task instance becomes
-``success`` only when ``execute`` has returned and the worker has told the api-server. A worker that
-dies in between (SIGKILL, OOM, a lost node: the soak, seed 9, killed one there) leaves no pod for
+Kubernetes: KPO's cleanup deletes a succeeded pod as soon as the try has read it, and the task instance
+becomes ``success`` only when ``execute`` has returned and the worker has told the api-server. A worker
+that dies in between (SIGKILL, OOM, a lost node: the soak, seed 9, killed one there) leaves no pod for
 the retry to take over (``kubernetes_takeover`` needs one) and no success: the retry trained again.
-So the try records ``{try_number, max_tries, pod, result, run}`` under ``SUCCESS_KEY`` first, with
+AWS Batch: the job outlives the read, but the try closes its saved run once it has judged the job (so
+that a retry never takes over a job an earlier try already judged), and a retry then submits a new one.
+So the try records ``{try_number, max_tries, workload, result, run}`` under ``SUCCESS_KEY`` first, with
 the result already read from the log and the spot run's state (its interruptions).
 
 A later try takes the record over only when it is a retry of the same clearing: the task instance's
@@ -29,7 +31,7 @@ from airflow_gpu.utils import task_state
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-#: The task state store key of the record.
+#: The task state store key of the record (named when only pods had one; Batch jobs use it too).
 SUCCESS_KEY = "airflow_gpu_pod_succeeded"
 
 
@@ -43,10 +45,11 @@ def _clearing(context: Context) -> dict[str, Any]:
     }
 
 
-def record(context: Context, pod: str, result: Any, run: dict[str, Any]) -> None:
-    """This try read ``pod``'s success and ``result`` (None: no result line); ``run`` is the spot run's state."""
-    value = {"try_number": int(context["ti"].try_number), **_clearing(context), "pod": pod, "result": result,
-             "run": run}  # fmt: skip
+def record(context: Context, workload: str, result: Any, run: dict[str, Any], location: str | None = None) -> None:
+    """This try read the success of ``workload`` (a pod's or a Batch job's name) and ``result`` (None: no result
+    line); ``run`` is the spot run's state, ``location`` where the workload ran (a Batch job's queue)."""
+    value = {"try_number": int(context["ti"].try_number), **_clearing(context), "workload": workload,
+             "location": location, "result": result, "run": run}  # fmt: skip
     task_state.write(context, SUCCESS_KEY, value)
 
 
@@ -63,7 +66,7 @@ def recorded(context: Context) -> dict[str, Any] | None:
 def take_over(op: Any, context: Context, mark: dict[str, Any]) -> Any:
     """End this try of a ``GPUKubernetesOperator`` with the recorded success: its result and the spot run's
     interruptions, as the earlier try would have ended; no pod is created."""
-    earlier, pod = mark["try_number"], mark.get("pod")
+    earlier, pod = mark["try_number"], mark.get("workload", mark.get("pod"))  # "pod": a record before Batch's
     op.log.info("Try %s read pod %s's success, and its worker ended before the task did: its result is this "
                 "try's, and the workload is not run again", earlier, pod)  # fmt: skip
     if ignored := op.spot_run.restore(mark["run"]):
