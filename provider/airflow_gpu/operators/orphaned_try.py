@@ -22,11 +22,9 @@ from typing import Any
 
 def remember(op: Any) -> None:
     """Note this process's supervisor, where it has one, as the try starts or resumes."""
-    from airflow.sdk.execution_time import task_runner
+    from airflow_gpu.utils.supervision import supervised
 
-    comms = getattr(task_runner, "SUPERVISOR_COMMS", None)
-    supervised = comms is not None and type(comms).__name__ != "InProcessSupervisorComms"
-    op._supervisor = os.getppid() if supervised else None
+    op._supervisor = os.getppid() if supervised() else None
 
 
 def orphaned(op: Any) -> bool:

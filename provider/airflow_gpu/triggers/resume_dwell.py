@@ -13,7 +13,8 @@ failed by the race. Remove once the pinned Airflow carries the fix.
 The window is how long the scheduler takes to drain the executor's events: about a second on a
 healthy scheduler, 18 s seen on a 2-core machine running forty-odd tasks at once. ``[gpu]
 resume_dwell_seconds`` (``AIRFLOW__GPU__RESUME_DWELL_SECONDS``) sets it for the triggerer; 0 turns
-the dwell off for an Airflow that has the fix.
+the dwell off for an Airflow that has the fix. A trigger run inline by ``dag.test()`` (``airflow dags
+test``, a user's CI) does not dwell: no scheduler runs there (``utils.supervision``).
 """
 
 from __future__ import annotations
@@ -33,8 +34,12 @@ def dwell_seconds() -> float:
 
 
 async def dwell(deferred_at: float | None) -> None:
-    """Wait until ``dwell_seconds()`` after ``deferred_at`` (epoch seconds; None: not at all)."""
-    if deferred_at is None:
+    """Wait until ``dwell_seconds()`` after ``deferred_at`` (epoch seconds; None: not at all). Not in a run in
+    process (``dag.test()``, ``airflow dags test``: the trigger runs inline, and no scheduler races it), where
+    it only made every deferred task of a user's CI test 10 s longer."""
+    from airflow_gpu.utils.supervision import in_process
+
+    if deferred_at is None or in_process():
         return
     wait = deferred_at + dwell_seconds() - time.time()
     if wait > 0:
