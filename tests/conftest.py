@@ -38,6 +38,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # deferred test. It is set in this home's airflow.cfg, not the environment, so that an Airflow stack a
     # test starts (its own home) keeps the dwell users get, and a test may still set its own by environment.
     (home / "airflow.cfg").write_text("[gpu]\nresume_dwell_seconds = 0\n")
+    os.environ.pop("AIRFLOW_CONFIG", None)  # a developer's own would be read instead of this home's
     # An empty trust store for this process and every one it starts (the Airflow stack, tasks): nothing
     # here speaks TLS (the emulators serve plain HTTP, the machine reaches no other host), yet every
     # ssl.create_default_context() without a CA file parses the system's 144 CAs, 40-50 ms of CPU. The

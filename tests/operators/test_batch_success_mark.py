@@ -19,10 +19,13 @@ from typing import Any
 import pytest
 
 from airflow_gpu.operators import batch
-from airflow_gpu.operators.batch import GPUBatchOperator
+from airflow_gpu.operators.batch import STATE_KEY, GPUBatchOperator
 from airflow_gpu.operators.success_mark import SUCCESS_KEY
 from airflow_gpu.testing.batch.emulator import BatchEmulator
-from tests.operators.test_batch_operator_runs import Store, Ti, described, operator
+from tests.operators.task_context import Store, Ti
+from tests.operators.test_batch_operator_deferred import reclaim_when_running
+from tests.operators.test_batch_operator_runs import described, operator
+from tests.operators.test_batch_takeover import operator as slow_operator
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fast_backoff")]
 
@@ -35,26 +38,35 @@ def context(store: Store, try_number: int, max_tries: int = 2, retries: int = 2,
     return {"ti": ti, "dag_run": SimpleNamespace(clear_number=clear_number), "task_state_store": store}
 
 
-def died_after_reading(monkeypatch: pytest.MonkeyPatch, store: Store, op: GPUBatchOperator) -> None:
-    """Try 1: its job succeeds and is read, then its worker dies before the task ends."""
-    real_publish = batch.publish
+def died_after_reading(
+    monkeypatch: pytest.MonkeyPatch, store: Store, op: GPUBatchOperator, at: str = "publish"
+) -> None:
+    """Try 1: its job succeeds and is read, then its worker dies before the task ends: at the XCom publication
+    after the run was closed (``publish``), or before the run could be closed (``close``)."""
+    real = getattr(batch, {"publish": "publish", "close": "save_run"}[at])
 
     def killed(*args: Any, **kwargs: Any) -> Any:
-        raise SystemExit(-9)
+        closing = at == "publish" or kwargs.get("open_") is False
+        if SUCCESS_KEY in store and closing:  # after the success was read and recorded, not at a reclaim
+            raise SystemExit(-9)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(batch, "publish", killed)
+    monkeypatch.setattr(batch, real.__name__, killed)
     with pytest.raises(SystemExit):
         op.execute(context(store, 1))
-    monkeypatch.setattr(batch, "publish", real_publish)
+    monkeypatch.setattr(batch, real.__name__, real)
 
 
+@pytest.mark.parametrize("at", ["publish", "close"])
 def test_a_retry_takes_over_the_success_a_killed_try_had_read(
-    aws_default_connection: BatchEmulator, monkeypatch: pytest.MonkeyPatch
+    aws_default_connection: BatchEmulator, monkeypatch: pytest.MonkeyPatch, at: str
 ) -> None:
-    """Try 2 ends with try 1's result, the job's id, where it ran and its GPU profile (read again from the
-    job's log, which outlives the try); no second job. Before, it submitted one: the workload ran twice."""
+    """Try 2 ends with try 1's result, the job's id, where it ran, its console links and its GPU profile (read
+    again from the job and its log, which outlive the try); no second job. Before, it submitted one: the
+    workload ran twice."""
     emulator, store = aws_default_connection, Store()
-    died_after_reading(monkeypatch, store, operator())
+    died_after_reading(monkeypatch, store, operator(), at)
+    assert store[STATE_KEY]["open"] is (at == "close")  # the run closed, or still open: the mark decides
     (job,) = described(emulator)
     assert store[SUCCESS_KEY]["workload"] == job["jobId"] and store[SUCCESS_KEY]["result"] == {"loss": 0.25}
     retry = context(store, 2)
@@ -62,15 +74,60 @@ def test_a_retry_takes_over_the_success_a_killed_try_had_read(
     assert [j["jobId"] for j in described(emulator)] == [job["jobId"]]  # the workload ran once
     xcom = retry["ti"].xcom
     assert xcom["batch_job_id"] == job["jobId"] and xcom["gpu_interruptions"] == []
-    assert xcom["gpu_accelerator"]["capacity"] == "spot"  # the queue the job ran in, as try 1 would have said
+    assert xcom["gpu_accelerator"]["location"] == "gpu-spot"  # the queue the job ran in, from the record
+    assert xcom["batch_job_details"]["job_id"] == job["jobId"]  # the links a new try's XCom lacks
+    assert xcom["batch_job_queue"]["job_queue_arn"] == job["jobQueue"]
+    assert xcom["cloudwatch_events"]["awslogs_stream_name"] == job["container"]["logStreamName"]
     assert xcom["gpu_profile"]["exit_code"] == 0  # the profiler's own report, read again from the log
+    assert store[STATE_KEY]["open"] is False
+
+
+def test_the_interruptions_before_the_success_are_taken_over_with_it(
+    aws_default_connection: BatchEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Try 1's job was reclaimed on spot and its on-demand replacement succeeded: try 2 publishes that one
+    interruption and the on-demand queue, as try 1 would have."""
+    emulator, store = aws_default_connection, Store()
+    reclaim_when_running(emulator, "train", after_line="checkpoint 1")
+    died_after_reading(monkeypatch, store, slow_operator(deferrable=False))
+    reclaimed, replacement = described(emulator)
+    retry = context(store, 2)
+    assert slow_operator(deferrable=False).execute(retry) == {"loss": 0.25}
+    assert len(described(emulator)) == 2
+    (interruption,) = retry["ti"].xcom["gpu_interruptions"]
+    assert interruption["workload"] == reclaimed["jobId"]
+    assert retry["ti"].xcom["batch_job_id"] == replacement["jobId"]
+    assert retry["ti"].xcom["gpu_accelerator"]["capacity"] == "on-demand"
+
+
+def test_a_job_batch_no_longer_describes_still_hands_over_its_result(
+    aws_default_connection: BatchEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """AWS Batch describes an ended job for about seven days: a retry after that (or through an outage that
+    outlasts the hook's retries) still ends with the recorded result; only the links and the profile are
+    missing, and the profile says why."""
+    store = Store()
+    died_after_reading(monkeypatch, store, operator())
+    retry, op = context(store, 2), operator()
+    monkeypatch.setattr(op.gpu_hook, "describe_jobs_batched", lambda ids: {})
+    assert op.execute(retry) == {"loss": 0.25}
+    assert "no longer described by AWS Batch" in retry["ti"].xcom["gpu_profile"]["note"]
+    assert "batch_job_details" not in retry["ti"].xcom
+    retry, op = context(Store(dict(store)), 2), operator()
+
+    def denied(ids: Any) -> Any:
+        raise RuntimeError("AccessDeniedException")
+
+    monkeypatch.setattr(op.gpu_hook, "describe_jobs_batched", denied)
+    assert op.execute(retry) == {"loss": 0.25}
+    assert "AccessDeniedException" in retry["ti"].xcom["gpu_profile"]["note"]
 
 
 @pytest.mark.parametrize(
     "clearing",
     [
         {"clear_number": 1},  # a Clear of the run (the default: reset_dag_runs)
-        {"max_tries": 3},  # a Clear of the task alone: max_tries = try_number + retries
+        {"max_tries": 3},  # a Clear that leaves the run (REST reset_dag_runs=False): max_tries = try + retries
         {"retries": 1},  # a Clear after the retries were lowered
     ],
 )

@@ -9,6 +9,7 @@ state store (tests/operators/task_context.py), the pods run on the Kubernetes em
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -111,15 +112,16 @@ def test_with_durable_off_each_try_runs_its_own_pod(kubernetes_emulator: Kuberne
 
 
 def test_a_try_whose_supervisor_died_leaves_its_running_pod_to_the_retry(
-    kubernetes_emulator: KubernetesEmulator,
+    kubernetes_emulator: KubernetesEmulator, tmp_path: Path
 ) -> None:
     """The soak (seed 9): worker-2's supervisor was SIGKILLed while its task waited on a running pod; the task
     process lived on, its next log line failed (a broken pipe), and KPO's cleanup labelled the running pod
     ``already_checked`` on the way out, so the retry made a second pod. The supervisor's death is played by
     the recorded parent pid changing and the log follow (where the log line is written) raising
-    ``BrokenPipeError`` while the pod runs."""
-    store = Store()
-    first = operator(kubernetes_emulator, "sleep 3; " + RESULT)
+    ``BrokenPipeError`` while the pod runs, which runs until the test lets it end."""
+    store, hold = Store(), tmp_path / "release"
+    held = f"until [ -e {hold} ]; do sleep 0.1; done; {RESULT}"
+    first = operator(kubernetes_emulator, held)
 
     def orphaned(pod: Any, *args: Any, **kwargs: Any) -> Any:
         first._supervisor = -1  # type: ignore[attr-defined]  # another parent now: the supervisor is gone
@@ -132,8 +134,9 @@ def test_a_try_whose_supervisor_died_leaves_its_running_pod_to_the_retry(
     (pod,) = core.list_namespaced_pod("default").items
     assert "already_checked" not in (pod.metadata.labels or {}) and pod.metadata.deletion_timestamp is None
     assert pod.status.phase == "Running"  # left running, for the retry
+    hold.touch()
     retry = context(store, 2)
-    assert operator(kubernetes_emulator, "sleep 3; " + RESULT).execute(retry) == {"loss": 0.5}
+    assert operator(kubernetes_emulator, held).execute(retry) == {"loss": 0.5}
     assert pods_ever(kubernetes_emulator) == 1  # the retry reattached to it: the workload ran once
 
 

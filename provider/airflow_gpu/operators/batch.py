@@ -44,7 +44,7 @@ from airflow_gpu.hooks.batch import GPUBatchHook
 from airflow_gpu.images.entrypoint import check_entrypoint
 from airflow_gpu.images.selection import resolve_image
 from airflow_gpu.links.profile import GPUProfileLink
-from airflow_gpu.operators import success_mark
+from airflow_gpu.operators import batch_success, success_mark
 from airflow_gpu.operators.batch_deferral import JOB_ID_XCOM_KEY, RESUBMIT, STATE_KEY, BatchDeferral
 from airflow_gpu.operators.batch_submission import BatchSubmission
 from airflow_gpu.operators.gpu_profile import check_interval, profiled_by_default, publish_profile
@@ -198,8 +198,8 @@ class GPUBatchOperator(BatchSubmission, BatchDeferral, BatchOperator):
 
     def execute(self, context: Context) -> Any:
         self._context = context  # for on_kill
-        if (mark := success_mark.recorded(context)) is not None:  # an earlier try read the success, then died
-            return self._take_over_success(context, mark)
+        if (mark := success_mark.recorded(context, batch_success.BACKEND)) is not None:  # read, then died
+            return batch_success.take_over(self, context, mark, STATE_KEY, JOB_ID_XCOM_KEY)
         try:
             if self._earlier_job(context) is None:
                 self._check_queue_offers()
@@ -218,32 +218,6 @@ class GPUBatchOperator(BatchSubmission, BatchDeferral, BatchOperator):
             raise
         finally:
             self.logs.close(settle=False)
-
-    def _take_over_success(self, context: Context, mark: dict[str, Any]) -> Any:
-        """End this try with the success an earlier try of this clearing read before its worker died
-        (``success_mark``): its result and interruptions, the job's links and GPU profile read again from
-        the job and its log, which outlive the try; nothing is submitted."""
-        earlier, self.job_id = mark["try_number"], str(mark.get("workload"))
-        self.log.info("Try %s read job %s's success, and its worker ended before the task did: its result is this "
-                      "try's, and the workload is not run again", earlier, self.job_id)  # fmt: skip
-        if ignored := self.spot_run.restore(mark["run"]):
-            self.log.warning("The recorded run state is not usable (%s); its interruptions are not published", ignored)
-        context["ti"].xcom_push(key=JOB_ID_XCOM_KEY, value=self.job_id)  # this try's XCom starts empty
-        job = self.gpu_hook.describe_jobs_batched([self.job_id]).get(self.job_id)
-        job = None if job is None else self._log_job(job)
-        if job is not None:
-            persist_log_link(context, self, self.gpu_hook, job)
-        if self.gpu_profile and job is not None:
-            output = self.gpu_hook.read_output(job, self.log_lag, result=False, profile=self._wrapped)
-            self._publish_profile(context, job, output)
-        elif self.gpu_profile:
-            publish_profile(
-                context, None, run=self.spot_run, accelerator=self.accelerator, workload=self.job_id,
-                instance_type=None, log=self.log, unread=f"job {self.job_id} is no longer described by AWS Batch",
-            )  # fmt: skip
-        save_run(context, STATE_KEY, self.spot_run, open_=False)
-        publish(context, self.spot_run, mark.get("location"))
-        return mark.get("result") if self.do_xcom_push else None
 
     def _stop_unless_taken_over(self, context: Context, error: BaseException) -> None:
         """An error leaves ``execute`` (an outage longer than the retries, say) with the job maybe running:
@@ -311,7 +285,7 @@ class GPUBatchOperator(BatchSubmission, BatchDeferral, BatchOperator):
             except AirflowFailException:  # a result line that is not JSON ends this try too; any other
                 save_run(context, STATE_KEY, self.spot_run, open_=False)  # error leaves the job to a retry
                 raise
-            self._record_success(context, job, result)
+            batch_success.record(self, context, job, result)
             save_run(context, STATE_KEY, self.spot_run, open_=False)
             publish(context, self.spot_run, spot_batch.queue_name(job))
             return result
@@ -330,13 +304,6 @@ class GPUBatchOperator(BatchSubmission, BatchDeferral, BatchOperator):
             self.logs.retire(logged)
         save_run(context, STATE_KEY, self.spot_run)
         return RESUBMIT
-
-    def _record_success(self, context: Context, job: dict[str, Any], result: Any) -> None:
-        """Before the run is closed: a retry after this worker dies takes the success over (``success_mark``)."""
-        try:
-            success_mark.record(context, job["jobId"], result, self.spot_run.to_json(), spot_batch.queue_name(job))
-        except Exception as error:  # the success stands; only a crash after it would run the workload again
-            self.log.warning("Could not record the job's success in the task state store (%s)", error)
 
     def _log_job(self, job: dict[str, Any]) -> dict[str, Any]:
         """The job whose attempts hold the log streams: the job itself (a multi-node job's main node)."""

@@ -45,18 +45,30 @@ def _clearing(context: Context) -> dict[str, Any]:
     }
 
 
-def record(context: Context, workload: str, result: Any, run: dict[str, Any], location: str | None = None) -> None:
+def record(
+    context: Context,
+    workload: str,
+    result: Any,
+    run: dict[str, Any],
+    location: str | None = None,
+    backend: str = "kubernetes",
+) -> None:
     """This try read the success of ``workload`` (a pod's or a Batch job's name) and ``result`` (None: no result
     line); ``run`` is the spot run's state, ``location`` where the workload ran (a Batch job's queue)."""
-    value = {"try_number": int(context["ti"].try_number), **_clearing(context), "workload": workload,
-             "location": location, "result": result, "run": run}  # fmt: skip
+    value = {"try_number": int(context["ti"].try_number), **_clearing(context), "backend": backend,
+             "workload": workload, "location": location, "result": result, "run": run}  # fmt: skip
     task_state.write(context, SUCCESS_KEY, value)
 
 
-def recorded(context: Context) -> dict[str, Any] | None:
-    """An earlier try's record of this clearing, which this try takes over; None when there is none."""
+def recorded(context: Context, backend: str = "kubernetes") -> dict[str, Any] | None:
+    """An earlier try's record of this clearing on ``backend``, which this try takes over; None when there is
+    none. A record without a backend or a workload is a pod's, written before Batch jobs had them."""
     value = task_state.read(context, SUCCESS_KEY)
     if not isinstance(value, dict) or not isinstance(value.get("run"), dict):
+        return None
+    if value.get("backend", "kubernetes") != backend:
+        return None
+    if not isinstance(value.get("workload", value.get("pod")), str):
         return None
     earlier = isinstance(value.get("try_number"), int) and value["try_number"] < int(context["ti"].try_number)
     same = all(value.get(key, "absent") == now for key, now in _clearing(context).items())
