@@ -10,6 +10,7 @@ worker's own wait (sync) and the trigger's (deferred), against the Kubernetes em
 from __future__ import annotations
 
 import asyncio
+import threading
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,7 +24,7 @@ from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 from airflow_gpu.testing.polling import wait_for
 from airflow_gpu.triggers.kubernetes import LAST_SEEN_KEY
 from airflow_gpu.triggers.result_tail import RESULT_LINE_KEY
-from airflow_gpu.utils.results import INTERRUPTIONS_XCOM_KEY
+from airflow_gpu.utils.results import INTERRUPTIONS_XCOM_KEY, PROFILE_XCOM_KEY
 from tests.operators.task_context import Store, Ti
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fast_api_backoff")]
@@ -197,3 +198,76 @@ def test_a_followed_result_line_that_is_not_json_is_taken_as_cut_not_as_a_bug(sp
     ctx = context()
     assert op.execute(ctx) is None
     assert "return_value" not in ctx["ti"].xcom
+
+
+def gone_when(emulator: KubernetesEmulator, name: str, phase: str, grace: int) -> None:
+    """Wait until the pod is in ``phase``, delete it through the API with ``grace`` seconds (PodGC deletes a
+    completed pod with 0), and wait until it is gone."""
+    core = api(emulator)
+    wait_for(lambda: core.read_namespaced_pod(name, "default").status.phase == phase, 60, f"the pod {phase}")
+    core.delete_namespaced_pod(name, "default", grace_period_seconds=grace)
+    wait_for(lambda: not [p for p in core.list_namespaced_pod("default").items if p.metadata.name == name], 60,
+             "the deleted pod to be gone")  # fmt: skip
+
+
+def profiled(emulator: KubernetesEmulator, script: str) -> GPUKubernetesOperator:
+    """A profiled pod (the default); a test deletes it behind the operator's back."""
+    return GPUKubernetesOperator(
+        task_id="train", name="train", accelerator="L4", capacity="spot", cmds=["sh", "-c", script],
+        namespace="default", kubernetes_conn_id=None, config_file=str(emulator.kubeconfig_path),
+        startup_check_interval_seconds=1,
+    )  # fmt: skip
+
+
+def test_a_profiled_pod_deleted_before_its_success_was_seen_is_a_success_by_its_profile(
+    spot_l4: KubernetesEmulator,
+) -> None:
+    """The soak (seed 463621002, shard 26): the shard printed its result and exited 0, and PodGC deleted the
+    completed pod before KPO read its end, so the operator had seen it Running only; it took the pod for one
+    deleted while it ran, failed the try, and the retry ran the workload again. The profiler's end report,
+    followed with the log, says the command exited 0 with no signal: a success, with its result, once. The
+    deletion comes when KPO's log follow has ended, before it reads the pod again (``container_is_running``):
+    PodGC's deletion of a completed pod (``delete_by_pod_gc``), with grace 0."""
+    op = profiled(spot_l4, f"sleep 2; {RESULT}")  # seen Running by KPO's start, as in the soak
+    real, core = op.pod_manager.container_is_running, api(spot_l4)
+
+    def deleted_first(pod: Any, container_name: str) -> Any:
+        name = pod.metadata.name
+        if name not in pods_ever(spot_l4)[1:] and [p for p in core.list_namespaced_pod("default").items
+                                                    if p.metadata.name == name]:  # fmt: skip
+            wait_for(lambda: core.read_namespaced_pod(name, "default").status.phase == "Succeeded", 60, "success")
+            spot_l4.delete_by_pod_gc(name)
+            wait_for(lambda: name not in [p.metadata.name for p in core.list_namespaced_pod("default").items], 60,
+                     "the pod gone")  # fmt: skip
+        return real(pod, container_name)
+
+    op.pod_manager.container_is_running = deleted_first  # type: ignore[method-assign]
+    ctx = context()
+    assert op.execute(ctx) == {"loss": 0.5}
+    assert len(pods_ever(spot_l4)) == 1
+    assert ctx["ti"].xcom[INTERRUPTIONS_XCOM_KEY] == []
+    assert ctx["ti"].xcom[PROFILE_XCOM_KEY]["exit_code"] == 0  # the followed report is the task's profile
+
+
+def test_a_profiled_pod_deleted_while_it_ran_is_not_a_success_even_if_it_exits_0_on_the_sigterm(
+    spot_l4: KubernetesEmulator,
+) -> None:
+    """A deletion through the API while the pod runs sends SIGTERM first; a workload that checkpoints and
+    exits 0 on it did not finish. Here the stream ends with the deletion, before any report (a report that
+    came would list the signal: tests/operators/test_followed_clean_exit.py): the try fails as for any
+    deletion."""
+    from airflow.sdk.exceptions import AirflowException
+
+    def delete_once_running() -> None:
+        core = api(spot_l4)
+        name = wait_for(lambda: next((p.metadata.name for p in core.list_namespaced_pod("default").items
+                                      if p.status.phase == "Running"), None), 60, "a running pod")  # fmt: skip
+        gone_when(spot_l4, name, "Running", 5)
+
+    deleter = threading.Thread(target=delete_once_running, daemon=True)
+    deleter.start()
+    script = f"trap 'exit 0' TERM; {RESULT}; sleep 60 & wait"
+    with pytest.raises(AirflowException, match="deleted"):
+        profiled(spot_l4, script).execute(context())
+    deleter.join(60)
+    assert len(pods_ever(spot_l4)) == 1

@@ -19,6 +19,7 @@ from kubernetes import client, config
 from airflow_gpu.operators.kubernetes import GPUKubernetesOperator
 from airflow_gpu.operators.success_mark import SUCCESS_KEY
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
+from airflow_gpu.testing.polling import wait_for
 from airflow_gpu.utils.results import INTERRUPTIONS_XCOM_KEY
 from tests.operators.task_context import Store, Ti
 
@@ -158,3 +159,38 @@ def test_an_orphaned_last_try_deletes_its_pod_rather_than_leave_it_running(
     pods = core.list_namespaced_pod("default").items
     assert pods_ever(kubernetes_emulator) == 1  # the pod was made, and while it ran:
     assert all(p.metadata.deletion_timestamp is not None for p in pods), pods  # deleted, or being deleted
+
+
+def test_a_pod_that_succeeds_while_the_retry_looks_for_it_is_read_not_run_again(
+    kubernetes_emulator: KubernetesEmulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The retry looks for an earlier try's unread success first (``succeeded_unread``) and finds the pod
+    Running; the pod succeeds before KPO's reattach finds it, and KPO deleted such an ended pod and made
+    another: the workload ran twice (seen here under load, one run in three). The reattach now keeps it and
+    reads it (``UnreadSuccessKept``). The pod's success is forced between the two looks."""
+    from airflow_gpu.operators import kubernetes
+
+    store, hold = Store(), tmp_path / "release"
+    held = f"until [ -e {hold} ]; do sleep 0.1; done; {RESULT}"
+    first = operator(kubernetes_emulator, held)
+
+    def orphaned(pod: Any, *args: Any, **kwargs: Any) -> Any:
+        first._supervisor = -1  # type: ignore[attr-defined]
+        raise BrokenPipeError(32, "Broken pipe")
+
+    first.pod_manager.fetch_requested_container_logs = orphaned  # type: ignore[method-assign]
+    with pytest.raises(BrokenPipeError):
+        first.execute(context(store, 1))
+    core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubernetes_emulator.kubeconfig_path)))
+    real = kubernetes.succeeded_unread
+
+    def succeeds_right_after_the_look(op: Any, ctx: Any) -> Any:
+        found = real(op, ctx)  # None: the pod still runs
+        hold.touch()
+        wait_for(lambda: core.list_namespaced_pod("default").items[0].status.phase == "Succeeded", 60, "success")
+        return found
+
+    monkeypatch.setattr(kubernetes, "succeeded_unread", succeeds_right_after_the_look)
+    retry = context(store, 2)
+    assert operator(kubernetes_emulator, held).execute(retry) == {"loss": 0.5}
+    assert pods_ever(kubernetes_emulator) == 1  # read, not run again

@@ -47,13 +47,13 @@ from airflow_gpu.links.profile import GPUProfileLink
 from airflow_gpu.operators import kubernetes_profiler, orphaned_try, success_mark
 from airflow_gpu.operators.gpu_profile import check_interval, profiled_by_default
 from airflow_gpu.operators.kubernetes_pod import STATE_ANNOTATION, dress, placement
-from airflow_gpu.operators.kubernetes_reads import UNREAD, ClusterReads, RetryingPodManager, lost_create
+from airflow_gpu.operators.kubernetes_reads import UNREAD, ClusterReads, RetryingPodManager, classify_gone, lost_create
 from airflow_gpu.operators.kubernetes_resume import PodDeferral
-from airflow_gpu.operators.kubernetes_takeover import succeeded_unread, take_over
+from airflow_gpu.operators.kubernetes_takeover import UnreadSuccessKept, succeeded_unread, take_over
 from airflow_gpu.operators.retry_handover import live, why_no_takeover
 from airflow_gpu.operators.spot_task import bad_result, fail, publish
 from airflow_gpu.spot import admission
-from airflow_gpu.spot.classifier import Classification, Outcome, classify_deleted_pod, classify_pod, disrupted_by
+from airflow_gpu.spot.classifier import Classification, Outcome, classify_pod, disrupted_by
 from airflow_gpu.spot.policy import Capacity, SpotPolicy
 from airflow_gpu.spot.run import SpotRun
 from airflow_gpu.triggers.interruption_log import log_interruptions
@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
+class GPUKubernetesOperator(UnreadSuccessKept, PodDeferral, KubernetesPodOperator):
     """Run a container on Kubernetes GPUs described by one accelerator spec.
 
     :param accelerator: ``"H100:8"``, an ``Accelerator``, or candidates in preference order
@@ -292,7 +292,7 @@ class GPUKubernetesOperator(PodDeferral, KubernetesPodOperator):
             last_seen = self.pod_manager.last_seen(pod) or to_dict(pod)  # ``pod`` may be as created, stale
             node = ((last_seen.get("spec") or {}).get("nodeName")) or (pod.spec.node_name if pod.spec else None)
             node_stays = self._node_stays(node)
-            self._outcome = classify_deleted_pod(last_seen, node_stays, self.base_container_name)
+            self._outcome = classify_gone(self.pod_manager, last_seen, node_stays, self.base_container_name)
             if self._outcome.outcome is Outcome.SUCCEEDED:
                 self._succeeded_gone(pod.metadata.name, last_seen, node, node_stays)
             return

@@ -19,6 +19,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections import deque
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import PodLaunchFailedException
@@ -27,7 +29,8 @@ from kubernetes.client import models as k8s
 from kubernetes.client.exceptions import ApiException
 
 from airflow_gpu.hooks.kubernetes import cluster_gpu_capacity, node_capacity_type
-from airflow_gpu.spot.classifier import node_stays
+from airflow_gpu.profiling.marker import MAX_CHUNKS, PROFILE_MARKER
+from airflow_gpu.spot.classifier import Classification, Outcome, classify_deleted_pod, node_stays
 from airflow_gpu.spot.node_access import say_nodes_unreadable
 from airflow_gpu.spot.start_failure import missing_program
 from airflow_gpu.triggers.pod_replacement import same_task_try
@@ -59,6 +62,7 @@ class RetryingPodManager(PodManager):
         super().__init__(*args, **kwargs)
         self._last_seen: dict[str, dict[str, Any]] = {}
         self._followed: list[tuple[str, str]] = []  # (container, result line) of the logs followed
+        self._profile_lines: dict[str, deque[str]] = {}  # container -> the last profile marker lines followed
 
     def last_seen(self, pod: k8s.V1Pod) -> dict[str, Any] | None:
         """The pod as this manager last read it (an API dict); None if it never read it."""
@@ -69,11 +73,19 @@ class RetryingPodManager(PodManager):
         return [line for name, line in self._followed if name == container]
 
     def followed_output(self, container: str) -> WorkloadOutput:
-        """What the followed result lines say, for a pod or log gone before the end was read. A last line that
-        is not JSON counts as none: KPO's follower hands on a line cut off when the stream ends, which the
-        workload may have printed whole (no bug of its to fail the task for)."""
-        output = read_output(self.followed_results(container))
+        """What the followed result lines and profile report say, for a pod or log gone before the end was
+        read. A last result line that is not JSON counts as none: KPO's follower hands on a line cut off
+        when the stream ends, which the workload may have printed whole (no bug of its to fail the task for)."""
+        output = read_output([*self.followed_results(container), *self._profile_lines.get(container, ())])
         return WorkloadOutput() if output.result_error is not None else output
+
+    def followed_clean_exit(self, container: str) -> bool:
+        """The profiler's end report, followed before the pod was gone, says its command exited 0 with no
+        signal and no spot notice: the workload succeeded, whatever deleted the pod before its end was read
+        (PodGC, a lost node's pod garbage collection). A deletion while it ran sends SIGTERM first, which the
+        report lists even when the workload exits 0 on it; without a profile nothing is known."""
+        profile = read_output(self._profile_lines.get(container, ())).profile or {}
+        return profile.get("exit_code") == 0 and not profile.get("signals") and not profile.get("spot_notice")
 
     def carried(self, container: str, line: str) -> None:
         """A result line the trigger read from ``container``'s log when the pod succeeded (``result_tail``):
@@ -84,10 +96,16 @@ class RetryingPodManager(PodManager):
         """Start a new pod: nothing seen of it yet."""
         self._last_seen.clear()
         self._followed.clear()
+        self._profile_lines.clear()
 
     def _log_message(self, message: str, container_name: str, *args: Any, **kwargs: Any) -> None:
-        """KPO's, keeping the result lines: the pod may be gone before its log can be read again."""
-        self._followed.extend((container_name, line) for line in message.splitlines() if line.startswith(RESULT_MARKER))
+        """KPO's, keeping the result lines and the last profile report's lines: the pod may be gone before
+        its log can be read again."""
+        for line in message.splitlines():
+            if line.startswith(RESULT_MARKER):
+                self._followed.append((container_name, line))
+            elif line.startswith(PROFILE_MARKER):  # a report is MAX_CHUNKS lines at most, and the last one counts
+                self._profile_lines.setdefault(container_name, deque(maxlen=MAX_CHUNKS)).append(line)
         super()._log_message(message, container_name, *args, **kwargs)
 
     def create_pod(self, pod: k8s.V1Pod) -> k8s.V1Pod:
@@ -240,3 +258,16 @@ def lost_create(op: GPUKubernetesOperator, wanted: k8s.V1Pod, context: Context) 
     if op.reattach_on_restart:
         op._persist_pod_identity_to_task_state_store(context, found)
     return wanted  # KPO follows the pod it asked for, as after its own create
+
+
+def classify_gone(
+    manager: RetryingPodManager, last_seen: Mapping[str, Any] | None, node_exists: bool | None, container: str
+) -> Classification:
+    """A pod the API no longer has (``classify_deleted_pod``), or SUCCEEDED where the profiler's end report,
+    followed with its log, says the workload exited 0 untouched (``followed_clean_exit``): PodGC or a lost
+    node's pod garbage collection can delete a completed pod before the operator has seen it complete
+    (the soak, seed 463621002: a shard deleted 0.1 s after its success, last seen Running, run again)."""
+    seen = classify_deleted_pod(last_seen, node_exists, container)
+    if seen.outcome is not Outcome.SUCCEEDED and manager.followed_clean_exit(container):
+        return Classification(Outcome.SUCCEEDED, "Succeeded", exit_code=0)
+    return seen

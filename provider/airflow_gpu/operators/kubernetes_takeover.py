@@ -76,6 +76,10 @@ def unread_success(pod: k8s.V1Pod) -> bool:
     return phase == "Succeeded" and pod.metadata.deletion_timestamp is None and labels.get(CHECKED_LABEL) != "True"
 
 
+#: The labels that name a task instance (KPO's ``_get_ti_pod_labels``; ``map_index`` only on a mapped one).
+IDENTITY_LABELS = ("dag_id", "task_id", "run_id", "map_index")
+
+
 def _earlier(pod_try: str | None, try_number: int) -> bool:
     return pod_try is not None and pod_try.isdigit() and int(pod_try) < try_number
 
@@ -89,3 +93,28 @@ def take_over(op: KubernetesPodOperator, context: Context, pod: k8s.V1Pod) -> An
     ti.xcom_push(key="pod_name", value=name)  # as KPO's execute pushes them for the pod it follows
     ti.xcom_push(key="pod_namespace", value=namespace)
     return op.trigger_reentry(context, {"status": "success", "name": name, "namespace": namespace})
+
+
+class UnreadSuccessKept:
+    """KPO's ``process_pod_deletion``, except for an earlier try's unread success that a reattach found
+    (``get_or_create_pod``, before ``self.pod`` is set): KPO deletes an ended pod there and creates another.
+    ``succeeded_unread`` looks before ``execute`` does; a pod that succeeded between that look (it was
+    Running) and the reattach's came here, and its workload ran again. It is kept, and KPO's reattach reads it
+    as it reads a pod it keeps (``on_finish_action="keep_pod"``): its log, result and end, once."""
+
+    def process_pod_deletion(self, pod: k8s.V1Pod, *, reraise: bool = True) -> bool:
+        op: Any = self
+        if op.pod is None and pod is not None and op.reattach_on_restart and not op.do_xcom_push:
+            ours = (op.pod_request_obj.metadata.labels or {}) if op.pod_request_obj is not None else {}
+            labels, this_try = pod.metadata.labels or {}, str(ours.get("try_number"))
+            expected = {key: ours[key] for key in IDENTITY_LABELS if key in ours}  # KPO's search matches less
+            theirs = labels.get("try_number")
+            mine = this_try.isdigit() and identity_mismatch(
+                labels, pod.metadata.uid, expected=expected, try_number=int(this_try)
+            ) is None  # fmt: skip
+            if mine and unread_success(pod) and _earlier(theirs, int(this_try)):
+                op.log.info("Pod %s of try %s succeeded and no try read its end: this try reads it instead of "
+                            "running the workload again", pod.metadata.name, theirs)  # fmt: skip
+                return False
+        deleted: bool = super().process_pod_deletion(pod, reraise=reraise)  # type: ignore[misc]
+        return deleted

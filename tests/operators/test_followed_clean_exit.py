@@ -1,0 +1,67 @@
+"""A pod gone before its end was read is a success only on the profiler's word (``followed_clean_exit``).
+
+The lines are handed to ``RetryingPodManager._log_message`` as KPO's log follower hands them, from a
+report the profiler's own ``marker.render`` writes; the manager's Kubernetes client is never called
+(None): a fake at the boundary this project owns.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from airflow_gpu.operators.kubernetes_reads import RetryingPodManager
+from airflow_gpu.profiling import marker
+
+RESULT = '::airflow-gpu-result::{"loss": 0.5}'
+
+
+def report(**fields: Any) -> list[str]:
+    payload = {"v": marker.VERSION, "source": "none", "note": None, "interval": 1.0, "started": 0.0, "ended": 1.0,
+               "exit_code": 0, "signals": [], "spot_notice": None, "gpus": [], **fields}  # fmt: skip
+    return marker.render(payload, [])
+
+
+def followed(*lines: str) -> RetryingPodManager:
+    manager = RetryingPodManager(kube_client=None)
+    manager._log_message("\n".join(lines), "base", False, None)  # KPO's call: no prefix, no formatter
+    return manager
+
+
+def test_a_report_of_a_clean_exit_is_a_success() -> None:
+    manager = followed("training", RESULT, *report())
+    assert manager.followed_clean_exit("base")
+    assert manager.followed_output("base").result == {"loss": 0.5}
+    assert manager.followed_output("base").profile is not None
+    assert not manager.followed_clean_exit("sidecar")  # another container's log says nothing of this one
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"exit_code": 3},  # the workload failed
+        {"signals": ["SIGTERM"]},  # a deletion or drain reached it, even if it exited 0 on it
+        {"spot_notice": "2026-11-27T02:00:00Z"},  # the node was being reclaimed
+    ],
+)
+def test_a_report_of_anything_else_is_not(fields: dict[str, Any]) -> None:
+    assert not followed(RESULT, *report(**fields)).followed_clean_exit("base")
+
+
+def test_no_report_or_a_cut_one_tells_nothing() -> None:
+    """Unprofiled (no report), or a report whose last chunk never came (the stream cut): nothing is known."""
+    lines = report(note="x" * 2 * marker.CHUNK_CHARS)  # a report of several chunks
+    assert len(lines) > 1
+    assert not followed(RESULT).followed_clean_exit("base")
+    assert not followed(RESULT, *lines[:-1]).followed_clean_exit("base")
+
+
+def test_a_report_the_workload_printed_before_the_real_one_does_not_count() -> None:
+    """The reader takes one complete run at the very end only: a fake clean report the workload printed, then
+    the wrapper's own of its failure, is no success (and two runs at the end are none: nothing is known)."""
+    assert not followed(*report(), RESULT, *report(exit_code=1)).followed_clean_exit("base")
+    manager = followed(RESULT, *report())
+    assert manager.followed_clean_exit("base")
+    manager.forget()  # the next pod's log starts empty
+    assert not manager.followed_clean_exit("base")
