@@ -57,6 +57,15 @@ def test_no_report_or_a_cut_one_tells_nothing() -> None:
     assert not followed(RESULT, *lines[:-1]).followed_clean_exit("base")
 
 
+def test_a_report_followed_by_more_of_the_log_is_not_the_end() -> None:
+    """A report the workload printed (a nested profiled command, an echoed log) and then more output, with no
+    report at the end (the pod killed, the node lost): nothing is known, as the strict reader says of the
+    whole log."""
+    assert not followed(*report(), "epoch 2", "epoch 3").followed_clean_exit("base")
+    assert not followed(*report(), RESULT).followed_clean_exit("base")
+    assert followed("epoch 1", RESULT, *report(), "").followed_clean_exit("base")  # blank lines after it are fine
+
+
 def test_a_report_the_workload_printed_before_the_real_one_does_not_count() -> None:
     """The reader takes one complete run at the very end only: a fake clean report the workload printed, then
     the wrapper's own of its failure, is no success (and two runs at the end are none: nothing is known)."""

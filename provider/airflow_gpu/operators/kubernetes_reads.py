@@ -30,7 +30,7 @@ from kubernetes.client.exceptions import ApiException
 
 from airflow_gpu.hooks.kubernetes import cluster_gpu_capacity, node_capacity_type
 from airflow_gpu.profiling.marker import MAX_CHUNKS, PROFILE_MARKER
-from airflow_gpu.spot.classifier import Classification, Outcome, classify_deleted_pod, node_stays
+from airflow_gpu.spot.classifier import Classification, Outcome, classify_deleted_pod, disrupted_by, node_stays
 from airflow_gpu.spot.node_access import say_nodes_unreadable
 from airflow_gpu.spot.start_failure import missing_program
 from airflow_gpu.triggers.pod_replacement import same_task_try
@@ -82,8 +82,10 @@ class RetryingPodManager(PodManager):
     def followed_clean_exit(self, container: str) -> bool:
         """The profiler's end report, followed before the pod was gone, says its command exited 0 with no
         signal and no spot notice: the workload succeeded, whatever deleted the pod before its end was read
-        (PodGC, a lost node's pod garbage collection). A deletion while it ran sends SIGTERM first, which the
-        report lists even when the workload exits 0 on it; without a profile nothing is known."""
+        (PodGC, a lost node's pod garbage collection). A deletion while it ran sends SIGTERM to the container,
+        which the report lists even when the workload exits 0 on it (a workload that stops on its own on the
+        spot-notice file the preStop hook writes reports exit 0 unsignalled, as a Succeeded pod would show);
+        without a complete report at the very end of the followed log nothing is known."""
         profile = read_output(self._profile_lines.get(container, ())).profile or {}
         return profile.get("exit_code") == 0 and not profile.get("signals") and not profile.get("spot_notice")
 
@@ -102,10 +104,13 @@ class RetryingPodManager(PodManager):
         """KPO's, keeping the result lines and the last profile report's lines: the pod may be gone before
         its log can be read again."""
         for line in message.splitlines():
+            if line.startswith(PROFILE_MARKER):  # a report is MAX_CHUNKS lines at most, and the last one counts
+                self._profile_lines.setdefault(container_name, deque(maxlen=MAX_CHUNKS)).append(line)
+                continue
+            if line.strip():  # a report counts only at the very end of the log, as the strict reader requires
+                self._profile_lines.pop(container_name, None)
             if line.startswith(RESULT_MARKER):
                 self._followed.append((container_name, line))
-            elif line.startswith(PROFILE_MARKER):  # a report is MAX_CHUNKS lines at most, and the last one counts
-                self._profile_lines.setdefault(container_name, deque(maxlen=MAX_CHUNKS)).append(line)
         super()._log_message(message, container_name, *args, **kwargs)
 
     def create_pod(self, pod: k8s.V1Pod) -> k8s.V1Pod:
@@ -268,6 +273,10 @@ def classify_gone(
     node's pod garbage collection can delete a completed pod before the operator has seen it complete
     (the soak, seed 463621002: a shard deleted 0.1 s after its success, last seen Running, run again)."""
     seen = classify_deleted_pod(last_seen, node_exists, container)
-    if seen.outcome is not Outcome.SUCCEEDED and manager.followed_clean_exit(container):
+    unknown_end = last_seen is None or (
+        ((last_seen.get("status") or {}).get("phase") in (None, "Pending", "Running"))
+        and disrupted_by(last_seen) is None
+    )  # a verdict the last state already gave (a failed container, a disruption) stands
+    if seen.outcome is not Outcome.SUCCEEDED and unknown_end and manager.followed_clean_exit(container):
         return Classification(Outcome.SUCCEEDED, "Succeeded", exit_code=0)
     return seen
