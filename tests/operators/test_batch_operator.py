@@ -69,7 +69,9 @@ def test_a_profiled_job_runs_its_command_under_the_profiler() -> None:
     assert env["AIRFLOW_GPU_PROFILE_INTERVAL"] == "1.0" and env["AIRFLOW_GPU_SPOT_NOTICE_FILE"]
     assert env.get("AIRFLOW_GPU_IMDS") != "off"  # on spot the profiler polls for interruption notices
     assert op.command == ["python", "train.py"]  # rendered again for the next job, never rewrapped
-    definition = batch_job.job_definition("img", op.placements[0], {}, "A10G:4", environment=bundle.environment())
+    definition = batch_job.job_definition(
+        "img", op.placements[0], {}, "A10G:4", environment=bundle.environment(batch=True)
+    )
     names = {e["name"] for e in definition["containerProperties"]["environment"]}
     assert names == {bundle.ENV_BUNDLE, bundle.ENV_BOOTSTRAP}
 
@@ -107,6 +109,6 @@ def test_the_profiled_job_definition_fits_the_24_kib_batch_allows() -> None:
     in the environment must leave room for the rest of the definition (a long image name, tags)."""
     op = GPUBatchOperator(task_id="t", accelerator="H100:8", job_queue="q", command=["python", "train.py"])
     definition = batch_job.job_definition(
-        op.images[0], op.placements[0], {"attempts": 10}, "H100:8", environment=bundle.environment()
+        op.images[0], op.placements[0], {"attempts": 10}, "H100:8", environment=bundle.environment(batch=True)
     )
     assert len(json.dumps({"jobDefinitionName": "x" * 128, **definition})) < 22 * 1024  # 2 KiB to spare

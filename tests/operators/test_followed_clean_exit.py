@@ -74,3 +74,36 @@ def test_a_report_the_workload_printed_before_the_real_one_does_not_count() -> N
     assert manager.followed_clean_exit("base")
     manager.forget()  # the next pod's log starts empty
     assert not manager.followed_clean_exit("base")
+
+
+def ended(message: str | None, container: str = "base", name: str = "p") -> dict[str, Any]:
+    terminated: dict[str, Any] = {"exitCode": 0, "reason": "Completed"}
+    if message is not None:
+        terminated["message"] = message
+    return {"metadata": {"name": name, "namespace": "default"},
+            "status": {"phase": "Succeeded", "containerStatuses": [{"name": container,
+                                                                   "state": {"terminated": terminated}}]}}  # fmt: skip
+
+
+def test_a_termination_message_stands_in_for_a_log_cut_before_its_result() -> None:
+    """The follow ended before the result line (the stream cut, the node gone); the pod read afterwards holds
+    the profiler's termination message (``profiling.termination``): its result line and its clean end."""
+    manager = followed("training")
+    manager.saw(ended(f'{RESULT}\n::airflow-gpu-end::{{"exit_code": 0, "signals": [], "spot_notice": null}}'))
+    assert manager.followed_output("base").result == {"loss": 0.5}
+    assert manager.followed_clean_exit("base")
+    assert not manager.followed_clean_exit("sidecar")
+
+
+def test_a_followed_result_line_wins_and_a_signalled_end_is_no_clean_exit() -> None:
+    manager = followed('::airflow-gpu-result::{"loss": 0.4}')
+    manager.saw(ended(f'{RESULT}\n::airflow-gpu-end::{{"exit_code": 0, "signals": ["SIGTERM"], "spot_notice": null}}'))
+    assert manager.followed_output("base").result == {"loss": 0.4}  # the log is the whole truth when it was read
+    assert not manager.followed_clean_exit("base")
+
+
+def test_a_message_the_profiler_did_not_end_says_nothing() -> None:
+    manager = followed("training")
+    manager.saw(ended(RESULT))  # the workload's own message, no end line: not the entrypoint's
+    assert not manager.followed_output("base").result_found
+    assert not manager.followed_clean_exit("base")

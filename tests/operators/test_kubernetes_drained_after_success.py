@@ -21,6 +21,7 @@ from kubernetes import client, config
 from airflow_gpu.operators.kubernetes import GPUKubernetesOperator
 from airflow_gpu.testing.kubernetes.cluster import NodeSpec
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
+from airflow_gpu.testing.kubernetes.volumes import namespaces_available
 from airflow_gpu.testing.polling import wait_for
 from airflow_gpu.triggers.kubernetes import LAST_SEEN_KEY
 from airflow_gpu.triggers.result_tail import RESULT_LINE_KEY
@@ -271,3 +272,43 @@ def test_a_profiled_pod_deleted_while_it_ran_is_not_a_success_even_if_it_exits_0
         profiled(spot_l4, script).execute(context())
     deleter.join(60)
     assert len(pods_ever(spot_l4)) == 1
+
+
+@pytest.mark.skipif(not namespaces_available(), reason="the termination-message file needs mount namespaces (root)")
+def test_a_deferred_pod_whose_node_went_with_its_log_returns_the_result_from_its_termination_message(
+    spot_l4: KubernetesEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The soak (seed 463621002: 18 shards, 6 trainings): the node went 0.1 s after the pod succeeded, PodGC
+    deleted the pod, and the trigger's read of the log found it gone; the task succeeded without its result.
+    The profiler left the result line in the termination message, which the watch saw with the success.
+    The deletion is the emulator's PodGC, put between the watch's success and the trigger's log read by
+    wrapping ``cluster.pod_log_tail`` (ours); the read itself is the real one, and answers 404."""
+    from airflow_gpu.triggers import cluster
+
+    real = cluster.pod_log_tail
+
+    async def gone_first(connection: Any, namespace: str, name: str, *args: Any) -> str:
+        await asyncio.to_thread(spot_l4.delete_by_pod_gc, name)  # returns once the pod is gone
+        return await real(connection, namespace, name, *args)
+
+    monkeypatch.setattr(cluster, "pod_log_tail", gone_first)
+    ctx = context()
+    profiled_op = profiled(spot_l4, RESULT)
+    profiled_op.deferrable = True
+    with pytest.raises(TaskDeferred) as deferred:
+        profiled_op.execute(ctx)
+
+    async def first_event() -> dict[str, Any]:
+        async for event in deferred.value.trigger.run():
+            return dict(event.payload)
+        raise AssertionError("no event")
+
+    event = asyncio.run(asyncio.wait_for(first_event(), 120))
+    assert event["status"] == "success" and event[RESULT_LINE_KEY] == '::airflow-gpu-result::{"loss": 0.5}', event
+    core = api(spot_l4)
+    assert event["name"] not in [p.metadata.name for p in core.list_namespaced_pod("default").items]
+    resumed = profiled(spot_l4, RESULT)
+    resumed.deferrable = True
+    assert resumed.trigger_reentry(ctx, event, **deferred.value.kwargs) == {"loss": 0.5}
+    assert pods_ever(spot_l4) == [event["name"]], pods_ever(spot_l4)
+    assert ctx["ti"].xcom["return_value"] == {"loss": 0.5}

@@ -263,3 +263,29 @@ def test_a_crashed_trigger_leaves_the_running_job_to_the_retry_that_takes_it_ove
     with pytest.raises(TaskDeferred) as deferred:
         training(deferrable=True).execute(second_try)  # type: ignore[arg-type]
     assert deferred.value.trigger.job_name == first and jobs(emulator) == [first]  # followed, nothing new
+
+
+class LostNodeClient:
+    """KPO's client where the main machine's node is gone: every log read answers 404 (a fake at the boundary
+    ``_read_main_log`` calls through, the official client's exception)."""
+
+    def read_namespaced_pod_log(self, name: str, namespace: str, **kwargs: Any) -> Any:
+        raise client.ApiException(status=404, reason="Not Found")
+
+
+def test_a_main_machine_whose_log_went_with_its_node_gives_its_result_from_its_termination_message() -> None:
+    """The soak (seed 463621002: 6 Kubernetes trainings ended without a result): PodGC deleted the main pod with
+    its node right after the success. The main pod as the Job's tracking last saw it holds the profiler's
+    termination message (``profiling.termination``); without one the log's loss is the reason given."""
+    op = training()
+    run = op._make_runner(op.launch)
+    assert isinstance(run, IndexedJobTraining)
+    run.op.__dict__["client"] = LostNodeClient()  # KPO's cached ``client`` of the backend operator
+    end = f'{RESULT}\n::airflow-gpu-end::{{"exit_code": 0, "signals": [], "spot_notice": null}}'
+    main = {"metadata": {"name": "train-0"}, "status": {"containerStatuses": [
+        {"name": run.op.base_container_name, "state": {"terminated": {"exitCode": 0, "message": end}}}]}}  # fmt: skip
+    output, unread = run._read_main_log(main)
+    assert unread is None and output.result == {"loss": 0.25}
+    del main["status"]["containerStatuses"][0]["state"]["terminated"]["message"]
+    output, unread = run._read_main_log(main)
+    assert output is None and unread is not None and "404" in unread

@@ -96,6 +96,8 @@ def test_the_short_wrap_takes_the_profiler_from_the_environment_and_hides_it_fro
     assert len(json.dumps(bundle.wrap_short(["python", "train.py"]))) < 1024
     code, out, _ = _run_short(bundle.environment())
     assert code == 0 and out.startswith("ran False\n") and PROFILE_MARKER in out
+    code, out, _ = _run_short(bundle.environment(batch=True))  # without the Kubernetes-only modules
+    assert code == 0 and out.startswith("ran False\n") and PROFILE_MARKER in out
 
 
 def test_without_the_environment_or_with_a_broken_profiler_the_command_runs_unprofiled() -> None:

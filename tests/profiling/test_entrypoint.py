@@ -25,6 +25,7 @@ import pytest
 from airflow_gpu.profiling.bundle import NO_PYTHON, wrap
 from airflow_gpu.profiling.entrypoint import exit_code, finish
 from airflow_gpu.profiling.marker import PROFILE_MARKER, read_profile
+from airflow_gpu.profiling.termination import read
 
 from . import fake_nvidia_smi
 from .fake_nvml import FakeGpu, FakeNvml, install
@@ -588,3 +589,58 @@ def test_a_driver_that_hangs_does_not_keep_the_container_running(
     got = profile(out)
     assert got["exit_code"] == 3 and "did not start within 0.5 s" in (got["note"] or "")
     assert err == ""  # nothing logged after the command ended
+
+
+def test_the_result_and_the_end_go_to_the_termination_message_and_the_output_is_unchanged(
+    machine: dict[str, str], tmp_path: Path
+) -> None:
+    """Fake driver-less NVML, no nvidia-smi. The kubelet's file exists (here a temporary one): the command's
+    standard output is passed on byte for byte (a line without its newline, a long line), its last result
+    line and its exit go to the file when it exits 0, and the profile still ends the log."""
+    end_file = tmp_path / "termination-log"
+    end_file.write_text("")
+    long = "z" * 100_000
+    script = (
+        "echo first; echo '::airflow-gpu-result::{\"step\": 1}'; echo err >&2; "
+        f"echo '::airflow-gpu-result::{{\"loss\": 0.5}}'; echo {long}; printf 'no newline'"
+    )
+    done = run(["sh", "-c", script], {**machine, "AIRFLOW_GPU_TERMINATION_LOG": str(end_file)})
+    assert done.returncode == 0
+    lines = done.stdout.splitlines()
+    assert lines[:5] == ["first", '::airflow-gpu-result::{"step": 1}', '::airflow-gpu-result::{"loss": 0.5}', long,
+                         "no newline"]  # fmt: skip
+    assert all(line.startswith(PROFILE_MARKER) for line in lines[5:]) and profile(done.stdout)["exit_code"] == 0
+    assert read(end_file.read_text()) == (
+        '::airflow-gpu-result::{"loss": 0.5}', {"exit_code": 0, "signals": [], "spot_notice": None},
+    )  # fmt: skip
+    failed = run(["sh", "-c", f"{script}; exit 3"], {**machine, "AIRFLOW_GPU_TERMINATION_LOG": str(end_file)})
+    assert failed.returncode == 3 and failed.stdout.splitlines()[:5] == lines[:5]
+    assert end_file.read_text().count("::airflow-gpu-end::") == 1  # a failure writes nothing: the kubelet's
+    # ``FallbackToLogsOnError`` then gives the log's end, as without the profiler
+
+
+def test_a_signalled_command_s_end_says_so_in_the_termination_message(machine: dict[str, str], tmp_path: Path) -> None:
+    """Fake driver-less NVML. A SIGTERM (a deletion while the pod runs) that the workload turns into exit 0
+    is in the end line: whoever reads the message does not take it for a finished workload."""
+    end_file = tmp_path / "termination-log"
+    end_file.write_text("")
+    env = {**machine, "AIRFLOW_GPU_TERMINATION_LOG": str(end_file)}
+    process = subprocess.Popen(wrap([sys.executable, "-c", TRAP]), env=env, stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None and process.stdout.readline() == "ready\n"
+    process.send_signal(signal.SIGTERM)
+    process.communicate(timeout=30)
+    assert process.returncode == 0
+    assert read(end_file.read_text()) == (None, {"exit_code": 0, "signals": ["SIGTERM"], "spot_notice": None})
+
+
+def test_without_the_kubelet_s_file_the_output_is_not_piped(machine: dict[str, str], tmp_path: Path) -> None:
+    """Fake driver-less NVML. No file at the path (AWS Batch, a plain host): the command keeps the entrypoint's
+    own standard output (a terminal stays a terminal), and nothing is made at the path."""
+    absent = tmp_path / "absent"
+    script = "import os, sys; print(os.readlink('/proc/self/fd/1') == os.readlink(f'/proc/{os.getppid()}/fd/1'))"
+    done = run([sys.executable, "-c", script], {**machine, "AIRFLOW_GPU_TERMINATION_LOG": str(absent)})
+    assert done.stdout.splitlines()[0] == "True" and not absent.exists()
+    end_file = tmp_path / "termination-log"
+    end_file.write_text("")
+    done = run([sys.executable, "-c", script], {**machine, "AIRFLOW_GPU_TERMINATION_LOG": str(end_file)})
+    assert done.stdout.splitlines()[0] == "False"  # the pipe: the mutation check of the line above

@@ -60,6 +60,7 @@ from airflow_gpu.spot.training_job import (
     refused,
 )
 from airflow_gpu.triggers.interruption_log import log_interruptions
+from airflow_gpu.triggers.result_tail import message_result_line
 from airflow_gpu.utils.kubernetes import to_dict
 from airflow_gpu.utils.pod_log_follower import PodLogFollower
 from airflow_gpu.utils.results import read_output
@@ -354,7 +355,11 @@ class IndexedJobTraining:
             response = self.op.client.read_namespaced_pod_log(
                 main["metadata"]["name"], self.namespace, container=self.op.base_container_name, _preload_content=False
             )
-        except Exception as error:
+        except Exception as error:  # gone with its node: the result line the profiler left in the pod's status
+            if (line := message_result_line(main, self.op.base_container_name)) is not None:
+                self.log.info("The main machine's log could not be read (%s); its result line was read from its "
+                              "termination message", error)  # fmt: skip
+                return read_output([line]), None
             return None, f"its log could not be read ({type(error).__name__}: {error})"
         return read_output(response.data.decode("utf-8", "replace").splitlines()), None
 

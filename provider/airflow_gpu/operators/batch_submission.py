@@ -66,7 +66,7 @@ class BatchSubmission:
         if i in op._definitions:
             return op._definitions[i]
         retry = spot_batch.retry_strategy(op.spot)
-        profiler = bundle.environment() if op.gpu_profile else None  # too big for the overrides
+        profiler = bundle.environment(batch=True) if op.gpu_profile else None  # too big for the overrides
         definition = op._job_definition(
             batch_job.job_definition(op.images[i], op.placements[i], retry, str(op.candidates[i]), profiler)
         )

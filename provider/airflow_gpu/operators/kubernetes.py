@@ -152,7 +152,7 @@ class GPUKubernetesOperator(UnreadSuccessKept, PodDeferral, KubernetesPodOperato
     @cached_property
     def reads(self) -> ClusterReads:
         """What the cluster says of an ended pod and its node, through KPO's client."""
-        return ClusterReads(self.client)
+        return ClusterReads(self.client, self.pod_manager)
 
     @cached_property
     def pod_manager(self) -> RetryingPodManager:

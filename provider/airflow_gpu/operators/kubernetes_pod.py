@@ -22,6 +22,7 @@ from kubernetes.client import models as k8s
 from airflow_gpu.accelerators.kubernetes import KubernetesPlacement, to_kubernetes
 from airflow_gpu.operators import kubernetes_profiler
 from airflow_gpu.operators.gpu_profile import ENV_SPOT_NOTICE, profiler_environment
+from airflow_gpu.profiling.termination import ENV_TERMINATION_LOG
 from airflow_gpu.spot.policy import Capacity
 from airflow_gpu.triggers.pod_replacement import SPOT_NOTICE_PATH, notice_hook
 from airflow_gpu.utils.kubernetes import add_placement
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
 
 #: Pod annotation holding the run's state, read back when a retry reattaches to the pod.
 STATE_ANNOTATION = "airflow-gpu/state"
+#: The API server's default ``terminationMessagePath``.
+DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 
 
 def placement(op: GPUKubernetesOperator, candidate: int, capacity: Capacity | None) -> KubernetesPlacement:
@@ -62,6 +65,8 @@ def dress(op: GPUKubernetesOperator, pod: k8s.V1Pod, context: Context | None) ->
     if op.gpu_profile:  # in the form the image needs (``kubernetes_profiler``), with what that form reads
         env |= profiler_environment(op.profile_interval, run.capacity)
         env |= kubernetes_profiler.wrap(op, container, context)
+        # where the profiler leaves the result and the exit for the pod's status (``profiling.termination``)
+        env[ENV_TERMINATION_LOG] = container.termination_message_path or DEFAULT_TERMINATION_LOG
     kept = [e for e in container.env or [] if e.name not in env]  # every variable once
     container.env = [*kept, *(k8s.V1EnvVar(name=k, value=v) for k, v in env.items())]
     if container.lifecycle is None:

@@ -29,6 +29,7 @@ from kubernetes.client import models as k8s
 from kubernetes.client.exceptions import ApiException
 
 from airflow_gpu.hooks.kubernetes import cluster_gpu_capacity, node_capacity_type
+from airflow_gpu.profiling import termination
 from airflow_gpu.profiling.marker import MAX_CHUNKS, PROFILE_MARKER
 from airflow_gpu.spot.classifier import Classification, Outcome, classify_deleted_pod, disrupted_by, node_stays
 from airflow_gpu.spot.node_access import say_nodes_unreadable
@@ -37,6 +38,7 @@ from airflow_gpu.triggers.pod_replacement import same_task_try
 from airflow_gpu.utils.api_retry import call
 from airflow_gpu.utils.kubernetes import to_dict
 from airflow_gpu.utils.results import RESULT_MARKER, WorkloadOutput, read_output
+from airflow_gpu.utils.termination_message import terminated_message
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -76,7 +78,8 @@ class RetryingPodManager(PodManager):
         """What the followed result lines and profile report say, for a pod or log gone before the end was
         read. A last result line that is not JSON counts as none: KPO's follower hands on a line cut off
         when the stream ends, which the workload may have printed whole (no bug of its to fail the task for)."""
-        output = read_output([*self.followed_results(container), *self._profile_lines.get(container, ())])
+        results = self.followed_results(container) or [line for line in [self._message(container)[0]] if line]
+        output = read_output([*results, *self._profile_lines.get(container, ())])
         return WorkloadOutput() if output.result_error is not None else output
 
     def followed_clean_exit(self, container: str) -> bool:
@@ -86,8 +89,21 @@ class RetryingPodManager(PodManager):
         which the report lists even when the workload exits 0 on it (a workload that stops on its own on the
         spot-notice file the preStop hook writes reports exit 0 unsignalled, as a Succeeded pod would show);
         without a complete report at the very end of the followed log nothing is known."""
-        profile = read_output(self._profile_lines.get(container, ())).profile or {}
+        profile = read_output(self._profile_lines.get(container, ())).profile or self._message(container)[1] or {}
         return profile.get("exit_code") == 0 and not profile.get("signals") and not profile.get("spot_notice")
+
+    def saw(self, pod: dict[str, Any]) -> None:
+        """A read of the pod made elsewhere (``ClusterReads``), remembered as this manager's own."""
+        self._last_seen[f"{pod['metadata'].get('namespace')}/{pod['metadata'].get('name')}"] = pod
+
+    def _message(self, container: str) -> tuple[str | None, dict[str, Any] | None]:
+        """The result line and end the profiler left in ``container``'s termination message, in the pod's
+        status (``profiling.termination``): it outlives a log lost with its node."""
+        for pod in reversed(self._last_seen.values()):
+            result, end = termination.read(terminated_message(pod, container))
+            if end is not None:
+                return result, end
+        return None, None
 
     def carried(self, container: str, line: str) -> None:
         """A result line the trigger read from ``container``'s log when the pod succeeded (``result_tail``):
@@ -162,8 +178,9 @@ def _name(pod: k8s.V1Pod) -> str:
 class ClusterReads:
     """The reads about ended pods and their nodes; node facts are kept, a node's labels do not change."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, manager: RetryingPodManager | None = None) -> None:
         self.client = client
+        self.manager = manager  # told of each pod read: its termination message outlives a log lost with its node
         self._nodes: dict[str, tuple[str | None, str | None]] = {}  # node -> (instance type, capacity type)
 
     def node_stays(self, node: str | None) -> bool | None:  # a drain or reclaim on its way: going
@@ -189,6 +206,8 @@ class ClusterReads:
                 return None
             raise
         serialized: dict[str, Any] = to_dict(fresh)
+        if self.manager is not None:
+            self.manager.saw(serialized)
         return serialized
 
     def output(self, pod: k8s.V1Pod, container: str) -> tuple[WorkloadOutput | None, str | None]:

@@ -28,7 +28,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 #: The modules the container needs, in dependency order (each imports only those before it).
-SHIPPED = ("samples", "summary", "nvidia_smi", "nvml", "marker", "entrypoint")
+SHIPPED = ("samples", "summary", "nvidia_smi", "nvml", "marker", "termination", "entrypoint")
+#: Those a Kubernetes container only uses (the termination message): AWS Batch's job definition leaves them out.
+KUBERNETES_ONLY = ("termination",)
 #: The budget for the whole wrapped command (``SubmitJob`` allows 30 KiB for the whole request).
 MAX_WRAPPED_BYTES = 24 * 1024
 NO_PYTHON = "airflow-gpu: no python3 >= 3.8 in the image; running without the GPU profile"
@@ -120,14 +122,15 @@ def strip(source: str) -> str:
 
 
 @functools.cache
-def payload() -> str:
+def payload(batch: bool = False) -> str:
     """The shipped modules' sources (stripped) as base85 of zlib of JSON, computed once per process.
 
     Base85, not base64: a fifth less than base64's third more, and the bundle rides in the job
     definition AWS Batch caps at 24 KiB. Its alphabet has no quote and no backslash, so it sits in
     single quotes in a shell script, in JSON and in an environment variable as it is."""
     here = Path(__file__).parent
-    sources = {f"airflow_gpu.profiling.{name}": strip((here / f"{name}.py").read_text()) for name in SHIPPED}
+    shipped = [name for name in SHIPPED if not (batch and name in KUBERNETES_ONLY)]
+    sources = {f"airflow_gpu.profiling.{name}": strip((here / f"{name}.py").read_text()) for name in shipped}
     packed = zlib.compress(json.dumps(sources, separators=(",", ":")).encode("utf-8"), 9)
     return base64.b85encode(packed).decode("ascii")
 
@@ -144,13 +147,14 @@ def wrap(command: Sequence[str], *, interval: float = 1.0) -> list[str]:
     return ["/bin/sh", "-c", script, ARGV0, *command]
 
 
-def environment() -> dict[str, str]:
-    """The variables ``wrap_short`` needs in the container: the bootstrap and the shipped modules.
+def environment(batch: bool = False) -> dict[str, str]:
+    """The variables ``wrap_short`` needs in the container: the bootstrap and the shipped modules
+    (``batch``: without ``KUBERNETES_ONLY``, for the job definition AWS Batch caps at 24 KiB).
 
     The interval is left to ``AIRFLOW_GPU_PROFILE_INTERVAL`` so that one registered job definition
     serves every interval.
     """
-    return {ENV_BOOTSTRAP: BOOTSTRAP % {"no_python": NO_PYTHON, "interval": None}, ENV_BUNDLE: payload()}
+    return {ENV_BOOTSTRAP: BOOTSTRAP % {"no_python": NO_PYTHON, "interval": None}, ENV_BUNDLE: payload(batch)}
 
 
 #: ``wrap_python``'s program: the bootstrap from the environment, run by python3 with no shell between.

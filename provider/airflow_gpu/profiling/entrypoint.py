@@ -44,6 +44,11 @@ GROUP_GRACE_SECONDS = 10.0
 START_BUDGET_SECONDS = 10.0
 #: From the command's end to the profile printed: past this, exit with its code, without a profile.
 EXIT_BUDGET_SECONDS = 30.0
+#: ``termination.ENV_TERMINATION_LOG``, set on Kubernetes only: ``termination`` is not shipped to AWS Batch.
+ENV_TERMINATION_LOG = "AIRFLOW_GPU_TERMINATION_LOG"
+#: How long the command's standard output may take to drain once it has ended (a process it left
+#: behind may hold the pipe open: it is not waited for).
+DRAIN_SECONDS = 2.0
 #: How often the main thread looks in while the command runs and while the samplers start or stop,
 #: to run the handlers of signals that another thread took (``wait_for_child``, ``join``): the
 #: longest a forwarded SIGTERM can be late.
@@ -274,6 +279,35 @@ class Forwarder:
                 self._child.send_signal(number)
 
 
+class Tee:
+    """The command's standard output passed on to ours as it comes, its last result line caught on the way
+    (``termination``): the line goes into the termination message, which outlives the pod's log."""
+
+    def __init__(self, source: int) -> None:
+        from airflow_gpu.profiling import termination
+
+        self.catcher = termination.ResultCatcher()
+        self._source = source
+        self.thread = threading.Thread(target=self._run, name="airflow-gpu-profiler-tee", daemon=True)
+
+    def _run(self) -> None:
+        out = sys.stdout.fileno() if sys.stdout is not None else None
+        while True:
+            try:
+                data = os.read(self._source, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            self.catcher.feed(data)
+            while data and out is not None:  # a closed standard output: the line is still caught
+                try:
+                    data = data[os.write(out, data) :]
+                except OSError:
+                    out = None
+        self.catcher.close()
+
+
 def wait_for_child(child: subprocess.Popen[bytes]) -> int:
     """The command's return code, once it has ended; the signals the entrypoint gets meanwhile are
     passed on within ``SIGNAL_CHECK_SECONDS``.
@@ -450,7 +484,11 @@ def main(argv: Sequence[str] | None = None, *, interval: float | None = None) ->
             # Its own process group (same session, so it is still the container's), for the signals;
             # not on a terminal, where a background group that reads stdin would be stopped.
             interactive = sys.stdin is not None and sys.stdin.isatty()
-            child = subprocess.Popen(command, preexec_fn=None if interactive else os.setpgrp)  # no thread yet
+            end_file = env.get(ENV_TERMINATION_LOG) or None
+            piped = end_file is not None and Path(end_file).is_file()  # else its output is not touched
+            child = subprocess.Popen(
+                command, preexec_fn=None if interactive else os.setpgrp, stdout=subprocess.PIPE if piped else None
+            )  # no thread yet
         except OSError as error:
             code = 127 if isinstance(error, FileNotFoundError) else 126
             log(f"{command[0]}: {error.strerror or error}")
@@ -461,6 +499,10 @@ def main(argv: Sequence[str] | None = None, *, interval: float | None = None) ->
             )  # fmt: skip
             return code
         forwarder.attach(child)
+        tee = None
+        if child.stdout is not None:
+            tee = Tee(child.stdout.fileno())
+            tee.thread.start()
         # Started beside the child: NVML or nvidia-smi can hang on a GPU that fell off the bus, and
         # the command's end must still end the container.
         started_parts: list[tuple[Sampler | None, SpotWatcher | None]] = []
@@ -479,6 +521,8 @@ def main(argv: Sequence[str] | None = None, *, interval: float | None = None) ->
         starter.start()
         code = exit_code(wait_for_child(child))
         ended = time.time()
+        if tee is not None:  # its output before the profile: the report stays last in the log
+            join(tee.thread, DRAIN_SECONDS)
         join(starter, START_BUDGET_SECONDS)
         with handover:
             if not started_parts:
@@ -500,9 +544,16 @@ def main(argv: Sequence[str] | None = None, *, interval: float | None = None) ->
         join(stopper)
         if forwarder.seen and not wait_for_group(child.pid, GROUP_GRACE_SECONDS):
             notes.append(f"processes of the command still ran {GROUP_GRACE_SECONDS:g} s after it was signalled")
+        notice = watcher.notice if watcher is not None else None
+        if tee is not None and code == 0:  # a failure's message stays the kubelet's (FallbackToLogsOnError)
+            from airflow_gpu.profiling import termination
+
+            unwritten = termination.write(end_file, tee.catcher.line, code, forwarder.seen, notice)
+            if unwritten:
+                notes.append(unwritten)
         finish(
             sampler, notes, interval=seconds, started=started, ended=ended, code=code, signals=forwarder.seen,
-            spot_notice=watcher.notice if watcher is not None else None,
+            spot_notice=notice,
         )  # fmt: skip
         watchdog.cancel()
         return code

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from airflow_gpu.profiling import termination
 from airflow_gpu.utils.results import RESULT_MARKER, last_result_line
+from airflow_gpu.utils.termination_message import terminated_message
 
 if TYPE_CHECKING:
     from airflow_gpu.triggers.cluster import ClusterConnection
@@ -71,11 +74,27 @@ def _not_carried(line: str) -> str | None:
 
 
 async def with_result_line(trigger: Any, payload: dict[str, Any]) -> dict[str, Any]:
-    """``payload`` of a ``GPUPodTrigger``, with the result line of its pod when it succeeded."""
+    """``payload`` of a ``GPUPodTrigger``, with the result line of its pod when it succeeded: from its log, else
+    from the termination message the watch saw (``profiling.termination``): a node lost right after the
+    success takes the log with it, and the pod with it soon after."""
     if payload.get("status") != "success":
         return payload
     name = str(payload.get("name") or trigger.pod_name)
     line = await read_result_line(
         trigger.connection, trigger.pod_namespace, name, trigger.base_container_name, trigger.log
     )
+    if line is None:
+        seen = trigger._last_seen or {}
+        if (seen.get("metadata") or {}).get("name") == name:
+            line = message_result_line(seen, trigger.base_container_name)
+            if line is not None and _not_carried(line):
+                line = None
+            elif line is not None:
+                trigger.log.info("The result line of pod %s/%s was read from its termination message",
+                                 trigger.pod_namespace, name)  # fmt: skip
     return payload if line is None else {**payload, RESULT_LINE_KEY: line}
+
+
+def message_result_line(pod: Mapping[str, Any], container: str) -> str | None:
+    """The result line the profiler left in ``container``'s termination message (``profiling.termination``)."""
+    return termination.read(terminated_message(pod, container))[0]

@@ -12,7 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-RESULT_MARKER = "::airflow-gpu-result::"
+from airflow_gpu.profiling.termination import RESULT_MARKER as RESULT_MARKER  # the profiler catches it too
+
 INTERRUPTIONS_XCOM_KEY = "gpu_interruptions"
 ACCELERATOR_XCOM_KEY = "gpu_accelerator"
 

@@ -334,3 +334,38 @@ def test_a_mount_of_no_volume_or_outside_its_volume_is_refused(
     assert refused.value.status == 422
     causes = json.loads(refused.value.body)["details"]["causes"]
     assert any(c["field"] == field and said in c["message"] for c in causes), causes
+
+
+def _terminated(core: client.CoreV1Api, name: str) -> Any:
+    wait_for(phase_is(core, name, "Succeeded", "Failed"))
+    return core.read_namespaced_pod(name, "default").status.container_statuses[0].state.terminated
+
+
+def test_the_termination_message_file_becomes_the_terminated_state_s_message(core: client.CoreV1Api) -> None:
+    """The API server defaults ``terminationMessagePath`` to ``/dev/termination-log`` (policy ``File``); the
+    kubelet mounts an empty file there, writable by any user, and copies its first 4096 bytes into
+    ``state.terminated.message`` (Kubernetes docs, "Determine the Reason for Pod Failure")."""
+    path = "/dev/termination-log"
+    script = f"test -f {path} && test ! -s {path} && printf 'done: 42' > {path}"
+    core.create_namespaced_pod("default", pod_manifest("said", ["sh", "-c", script]))
+    spec = core.read_namespaced_pod("said", "default").spec.containers[0]
+    assert (spec.termination_message_path, spec.termination_message_policy) == ("/dev/termination-log", "File")
+    assert _terminated(core, "said").message == "done: 42"
+    long = "python3 -c \"import sys; sys.stdout.write('m' * 5000)\" > /dev/termination-log"
+    core.create_namespaced_pod("default", pod_manifest("long", ["sh", "-c", long]))
+    assert _terminated(core, "long").message == "m" * 4096
+
+
+def test_a_path_of_the_container_s_own_and_the_log_fallback(core: client.CoreV1Api) -> None:
+    """A ``terminationMessagePath`` of its own; with ``FallbackToLogsOnError`` an empty file gives a failed
+    container's log tail, and a succeeded one's nothing (no ``message``)."""
+    own = {"terminationMessagePath": "/emulated/end-message"}
+    core.create_namespaced_pod("default", pod_manifest("own", ["sh", "-c", "echo bye > /emulated/end-message"],
+                                                       container=own))  # fmt: skip
+    assert _terminated(core, "own").message == "bye\n"
+    fallback = {"terminationMessagePolicy": "FallbackToLogsOnError"}
+    core.create_namespaced_pod("default", pod_manifest("failed", ["sh", "-c", "echo one; echo two; exit 3"],
+                                                       container=fallback))  # fmt: skip
+    assert _terminated(core, "failed").message == "one\ntwo\n"
+    core.create_namespaced_pod("default", pod_manifest("fine", ["sh", "-c", "echo one"], container=fallback))
+    assert _terminated(core, "fine").message is None

@@ -155,6 +155,9 @@ class ClusterState:
         # LimitRanger, the validating webhooks, ResourceQuota
         admission.admit_validating(self.store, "pods", namespace, pod, lambda: self.webhooks.admit_pod(namespace, pod))
         spec = pod["spec"]
+        for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+            container.setdefault("terminationMessagePath", "/dev/termination-log")  # ``SetDefaults_Container``
+            container.setdefault("terminationMessagePolicy", "File")
         spec.setdefault("restartPolicy", "Always")
         spec.setdefault("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
         spec.setdefault("schedulerName", "default-scheduler")

@@ -159,6 +159,8 @@ class ContainerRun:
     finished_at: str | None = None
     env: dict[str, str] = field(default_factory=dict)  # what its command got, for exec
     namespaced: bool = False  # started under ``unshare`` + ``container_init.py`` (else a plain process)
+    termination_file: str | None = None  # the host file mounted at its ``terminationMessagePath``
+    message_policy: str = "File"  # its ``terminationMessagePolicy``
     simulated: bool = False  # no process: scripted (``simulation``), for clusters of thousands of pods
 
     def namespace_pid(self) -> int | None:
@@ -410,6 +412,10 @@ class PodRun:
                 "1" if "LC_CTYPE" in env else "0",
             ]
             mounts = self.volumes.container_mounts(container)
+            if (log_mount := self.volumes.termination_log(container)) is not None:
+                mounts.append(log_mount)
+                run.termination_file = log_mount["source"]
+            run.message_policy = str(container.get("terminationMessagePolicy") or "File")
             launch += [
                 str(len(mounts)),
                 *(f for m in mounts for f in (m["source"], m["target"], "1" if m["readOnly"] else "0")),
@@ -447,7 +453,8 @@ class PodRun:
         kill_container(run.process.pid)  # PID 1 is gone: so is its container
         await reader
         run.exit_code = 128 - code if code < 0 else code  # killed by signal N -> 128 + N
-        return self._terminated(run, run.exit_code, "Completed" if run.exit_code == 0 else "Error")
+        message = termination_message(run)
+        return self._terminated(run, run.exit_code, "Completed" if run.exit_code == 0 else "Error", message)
 
     async def _simulate(self, run: ContainerRun, script: Simulation) -> dict[str, Any]:
         """A container without a process: it prints its lines, runs its time (or until stopped), exits."""
@@ -502,6 +509,28 @@ class PodRun:
         if message:
             state["message"] = message
         return state
+
+
+#: What the kubelet keeps of a termination message (``MaxContainerTerminationMessageLength``), and of the
+#: log's tail with ``FallbackToLogsOnError`` (``MaxContainerTerminationMessageLogLength``, ``...LogLines``).
+MAX_MESSAGE_BYTES = 4096
+MAX_FALLBACK_BYTES = 2048
+MAX_FALLBACK_LINES = 80
+
+
+def termination_message(run: ContainerRun) -> str | None:
+    """The ended container's ``terminated.message``, as the kubelet reads it: the file at its
+    ``terminationMessagePath`` (its first 4096 bytes); with ``FallbackToLogsOnError``, a failed container's
+    log tail when the file is empty. None without a message (a container run as a plain host process
+    has no file: no mount namespace to put it in)."""
+    text = ""
+    if run.termination_file is not None:
+        with contextlib.suppress(OSError), Path(run.termination_file).open("rb") as file:
+            text = file.read(MAX_MESSAGE_BYTES).decode("utf-8", "replace")
+    if not text and run.message_policy == "FallbackToLogsOnError" and run.exit_code:
+        tail = "".join(line + "\n" for _, line in run.lines[-MAX_FALLBACK_LINES:])  # as the log file has them
+        text = tail.encode()[-MAX_FALLBACK_BYTES:].decode("utf-8", "ignore")
+    return text or None
 
 
 def container_status(

@@ -274,6 +274,21 @@ class PodVolumes:
             mounts.append({"source": str(source), "target": str(target), "readOnly": bool(mount.get("readOnly"))})
         return mounts
 
+    def termination_log(self, container: Obj) -> Obj | None:
+        """The container's termination-message file, as the kubelet makes it (empty, mode 0666) and
+        bind-mounts it at ``terminationMessagePath``: a mount of ``container_mounts``' shape, or None
+        without a path. What the container writes there becomes its terminated state's ``message``."""
+        path = container.get("terminationMessagePath")
+        if not path:
+            return None
+        source = self.root / "termination" / str(container["name"])
+        source.parent.mkdir(parents=True, exist_ok=True)
+        source.write_bytes(b"")
+        source.chmod(0o666)
+        target = Path(path)
+        self.mount_points.update(_ensure_mount_point(target, directory=False))
+        return {"source": str(source), "target": str(target), "readOnly": False}
+
     def release(self) -> None:
         """Unmount the pod's tmpfs volumes (its containers are gone) and remove the volumes."""
         for directory in self.tmpfs:
