@@ -89,17 +89,36 @@ def test_a_termination_message_stands_in_for_a_log_cut_before_its_result() -> No
     """The follow ended before the result line (the stream cut, the node gone); the pod read afterwards holds
     the profiler's termination message (``profiling.termination``): its result line and its clean end."""
     manager = followed("training")
-    manager.saw(ended(f'{RESULT}\n::airflow-gpu-end::{{"exit_code": 0, "signals": [], "spot_notice": null}}'))
+    manager.saw(
+        ended(f'{RESULT}\n::airflow-gpu-end::{{"exit_code": 0, "signals": [], "spot_notice": null, "result": "kept"}}')
+    )
     assert manager.followed_output("base").result == {"loss": 0.5}
     assert manager.followed_clean_exit("base")
     assert not manager.followed_clean_exit("sidecar")
 
 
-def test_a_followed_result_line_wins_and_a_signalled_end_is_no_clean_exit() -> None:
+def test_the_profiler_s_last_result_outranks_a_follow_cut_short_and_a_signalled_end_is_no_clean_exit() -> None:
+    """The follow ended after an earlier result line (the stream cut with the node); the message holds the last."""
     manager = followed('::airflow-gpu-result::{"loss": 0.4}')
-    manager.saw(ended(f'{RESULT}\n::airflow-gpu-end::{{"exit_code": 0, "signals": ["SIGTERM"], "spot_notice": null}}'))
-    assert manager.followed_output("base").result == {"loss": 0.4}  # the log is the whole truth when it was read
+    signalled = '{"exit_code": 0, "signals": ["SIGTERM"], "spot_notice": null, "result": "kept"}'
+    manager.saw(ended(f"{RESULT}\n::airflow-gpu-end::{signalled}"))
+    assert manager.followed_output("base").result == {"loss": 0.5}
     assert not manager.followed_clean_exit("base")
+    too_long = followed('::airflow-gpu-result::{"loss": 0.4}')  # the last was too long for the message: the log's
+    too_long.saw(ended('::airflow-gpu-end::{"exit_code": 0, "signals": [], "spot_notice": null, "result": "too long"}'))
+    assert too_long.followed_output("base").result == {"loss": 0.4} and too_long.followed_clean_exit("base")
+
+
+def test_a_failed_container_s_message_is_not_the_profiler_s() -> None:
+    """With ``FallbackToLogsOnError`` a failed container's message is its log's tail, where the workload could
+    print anything, an end line included: the profiler writes only on exit 0, so only such a message counts."""
+    manager = followed("training")
+    pod = ended(
+        f'{RESULT}\n::airflow-gpu-end::{{"exit_code": 0, "signals": [], "spot_notice": null, "result": "kept"}}'
+    )
+    pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] = 1
+    manager.saw(pod)
+    assert not manager.followed_output("base").result_found and not manager.followed_clean_exit("base")
 
 
 def test_a_message_the_profiler_did_not_end_says_nothing() -> None:

@@ -54,7 +54,9 @@ def test_an_image_without_a_shell_is_profiled_through_python3(kubernetes_emulato
     op = operator(kubernetes_emulator, PYTHON_IMAGE, ["python3", "-c", RESULT], on_finish_action="keep_pod")
     assert op.execute(ctx) == {"loss": 0.5}
     assert pods_ever(kubernetes_emulator) == 2  # the shell form could not start; the python3 form ran
-    containers = [p.spec.containers[0] for p in core(kubernetes_emulator).list_namespaced_pod("default").items]
+    kept = core(kubernetes_emulator).list_namespaced_pod("default").items
+    assert [p.metadata.finalizers for p in kept] == [None, None]  # kept, read: the provider's finalizer is off
+    containers = [p.spec.containers[0] for p in kept]
     assert sorted(c.command[0] for c in containers) == ["/bin/sh", "python3"]
     (second,) = (c for c in containers if c.command[0] == "python3")
     assert second.command[3:] == ["python3", "-c", RESULT]

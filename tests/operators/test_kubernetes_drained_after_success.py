@@ -25,6 +25,7 @@ from airflow_gpu.testing.kubernetes.volumes import namespaces_available
 from airflow_gpu.testing.polling import wait_for
 from airflow_gpu.triggers.kubernetes import LAST_SEEN_KEY
 from airflow_gpu.triggers.result_tail import RESULT_LINE_KEY
+from airflow_gpu.utils.end_hold import END_HOLD, RELEASE_PATCH, STRATEGIC_MERGE
 from airflow_gpu.utils.results import INTERRUPTIONS_XCOM_KEY, PROFILE_XCOM_KEY
 from tests.operators.task_context import Store, Ti
 
@@ -58,14 +59,27 @@ def context() -> Any:
     return {"ti": Ti(task_id="train"), "run_id": "manual__1", "dag": None, "task_state_store": Store()}
 
 
+def deleted(core: client.CoreV1Api, name: str) -> bool:
+    """The pod is gone, or being deleted and kept by the provider's finalizer (``utils.end_hold``) until read."""
+    found = [p for p in core.list_namespaced_pod("default").items if p.metadata.name == name]
+    return not found or (found[0].metadata.deletion_timestamp is not None and END_HOLD in found[0].metadata.finalizers)
+
+
+def gone_for_good(core: client.CoreV1Api, name: str) -> None:
+    """The provider's finalizer removed by hand from a deleted pod, which then goes: the pod of a provider
+    version without it, or one a person released (``kubectl patch``): the path where nothing of it is left."""
+    core.patch_namespaced_pod(name, "default", RELEASE_PATCH, _content_type=STRATEGIC_MERGE)
+    wait_for(lambda: not [p for p in core.list_namespaced_pod("default").items if p.metadata.name == name], 30,
+             "the pod gone")  # fmt: skip
+
+
 def drain_when_succeeded(emulator: KubernetesEmulator, name: str) -> None:
-    """Wait until the pod is ``Succeeded``, then drain its node and wait until the pod is gone."""
+    """Wait until the pod is ``Succeeded``, then drain its node and wait until the pod is deleted (kept)."""
     core = api(emulator)
     pod = wait_for(lambda: (p := core.read_namespaced_pod(name, "default")).status.phase == "Succeeded" and p, 60,
                    "the pod to succeed")  # fmt: skip
     assert name in emulator.drain(pod.spec.node_name)
-    wait_for(lambda: not [p for p in core.list_namespaced_pod("default").items if p.metadata.name == name], 30,
-             "the drained pod to be gone")  # fmt: skip
+    wait_for(lambda: deleted(core, name), 30, "the drained pod to be deleted")
 
 
 def pods_ever(emulator: KubernetesEmulator) -> list[str]:
@@ -96,8 +110,8 @@ def test_a_pod_drained_after_it_succeeded_is_a_success_not_a_preemption(spot_l4:
 
 
 def succeeded_then_drained(emulator: KubernetesEmulator, ctx: Any, **kwargs: Any) -> tuple[dict[str, Any], Any]:
-    """Defer, run the trigger to its ``success`` event, then drain the pod away before the task resumes;
-    the event and the deferral's kwargs."""
+    """Defer, run the trigger to its ``success`` event, then drain the pod away before the task resumes, for
+    good (``gone_for_good``); the event and the deferral's kwargs."""
     with pytest.raises(TaskDeferred) as deferred:
         operator(emulator, deferrable=True, **kwargs).execute(ctx)
 
@@ -109,6 +123,7 @@ def succeeded_then_drained(emulator: KubernetesEmulator, ctx: Any, **kwargs: Any
     event = asyncio.run(asyncio.wait_for(first_event(), 120))
     assert event["status"] == "success", event
     drain_when_succeeded(emulator, event["name"])
+    gone_for_good(api(emulator), event["name"])
     return event, deferred.value.kwargs
 
 
@@ -169,8 +184,8 @@ def test_a_deferred_pod_whose_workload_ended_before_the_drain_is_not_replaced(sp
          "message": "Eviction API: evicting", "lastTransitionTime": drained_at}
     )  # fmt: skip
     spot_l4.drain(pod.spec.node_name)
-    wait_for(lambda: not [p for p in core.list_namespaced_pod("default").items if p.metadata.name == name], 30,
-             "the drained pod to be gone")  # fmt: skip
+    wait_for(lambda: deleted(core, name), 30, "the drained pod to be deleted")
+    gone_for_good(core, name)
     event = {"status": "failed", "namespace": "default", "name": name, "message": f"Pod default/{name} was deleted",
              "last_log_time": None, LAST_SEEN_KEY: last_seen}  # fmt: skip
     assert operator(spot_l4, deferrable=True).trigger_reentry(ctx, event, **deferred.value.kwargs) is None
@@ -207,8 +222,7 @@ def gone_when(emulator: KubernetesEmulator, name: str, phase: str, grace: int) -
     core = api(emulator)
     wait_for(lambda: core.read_namespaced_pod(name, "default").status.phase == phase, 60, f"the pod {phase}")
     core.delete_namespaced_pod(name, "default", grace_period_seconds=grace)
-    wait_for(lambda: not [p for p in core.list_namespaced_pod("default").items if p.metadata.name == name], 60,
-             "the deleted pod to be gone")  # fmt: skip
+    wait_for(lambda: deleted(core, name), 60, "the pod to be deleted")
 
 
 def profiled(emulator: KubernetesEmulator, script: str) -> GPUKubernetesOperator:
@@ -228,7 +242,8 @@ def test_a_profiled_pod_deleted_before_its_success_was_seen_is_a_success_by_its_
     deleted while it ran, failed the try, and the retry ran the workload again. The profiler's end report,
     followed with the log, says the command exited 0 with no signal: a success, with its result, once. The
     deletion comes when KPO's log follow has ended, before it reads the pod again (``container_is_running``):
-    PodGC's deletion of a completed pod (``delete_by_pod_gc``), with grace 0."""
+    PodGC's deletion of a completed pod (``delete_by_pod_gc``), with grace 0, and the provider's finalizer
+    removed by hand: the pod gone for good, as one made before the finalizer was (``utils.end_hold``)."""
     op = profiled(spot_l4, f"sleep 2; {RESULT}")  # seen Running by KPO's start, as in the soak
     real, core = op.pod_manager.container_is_running, api(spot_l4)
 
@@ -238,6 +253,7 @@ def test_a_profiled_pod_deleted_before_its_success_was_seen_is_a_success_by_its_
                                                     if p.metadata.name == name]:  # fmt: skip
             wait_for(lambda: core.read_namespaced_pod(name, "default").status.phase == "Succeeded", 60, "success")
             spot_l4.delete_by_pod_gc(name)
+            core.patch_namespaced_pod(name, "default", RELEASE_PATCH, _content_type=STRATEGIC_MERGE)  # gone for good
             wait_for(lambda: name not in [p.metadata.name for p in core.list_namespaced_pod("default").items], 60,
                      "the pod gone")  # fmt: skip
         return real(pod, container_name)
@@ -254,15 +270,14 @@ def test_a_profiled_pod_deleted_while_it_ran_is_not_a_success_even_if_it_exits_0
     spot_l4: KubernetesEmulator,
 ) -> None:
     """A deletion through the API while the pod runs sends SIGTERM first; a workload that checkpoints and
-    exits 0 on it did not finish. Here the stream ends with the deletion, before any report (a report that
-    came would list the signal: tests/operators/test_followed_clean_exit.py): the try fails as for any
-    deletion."""
+    exits 0 on it did not finish, though its pod ends ``Succeeded`` (the kubelet's phase for exit 0). The
+    provider's finalizer keeps the pod; the profiler's end in its termination message lists the SIGTERM
+    (``ended_on_a_deletion_signal``), and the try fails as for any deletion. The deletion comes once the
+    workload has printed its result line, its trap set before it."""
     from airflow.sdk.exceptions import AirflowException
 
     def delete_once_running() -> None:
-        core = api(spot_l4)
-        name = wait_for(lambda: next((p.metadata.name for p in core.list_namespaced_pod("default").items
-                                      if p.status.phase == "Running"), None), 60, "a running pod")  # fmt: skip
+        name = wait_for(lambda: next(iter(spot_l4.printed("::airflow-gpu-result::")), None), 60, "a result line")
         gone_when(spot_l4, name, "Running", 5)
 
     deleter = threading.Thread(target=delete_once_running, daemon=True)
@@ -271,7 +286,8 @@ def test_a_profiled_pod_deleted_while_it_ran_is_not_a_success_even_if_it_exits_0
     with pytest.raises(AirflowException, match="deleted"):
         profiled(spot_l4, script).execute(context())
     deleter.join(60)
-    assert len(pods_ever(spot_l4)) == 1
+    [times] = spot_l4.pod_phase_times("default")
+    assert "Succeeded" in times["phases"] and "Failed" not in times["phases"], times  # exit 0 on the SIGTERM
 
 
 @pytest.mark.skipif(not namespaces_available(), reason="the termination-message file needs mount namespaces (root)")
@@ -281,14 +297,15 @@ def test_a_deferred_pod_whose_node_went_with_its_log_returns_the_result_from_its
     """The soak (seed 463621002: 18 shards, 6 trainings): the node went 0.1 s after the pod succeeded, PodGC
     deleted the pod, and the trigger's read of the log found it gone; the task succeeded without its result.
     The profiler left the result line in the termination message, which the watch saw with the success.
-    The deletion is the emulator's PodGC, put between the watch's success and the trigger's log read by
-    wrapping ``cluster.pod_log_tail`` (ours); the read itself is the real one, and answers 404."""
+    The node's removal (PodGC then deletes its pods) is put between the watch's success and the trigger's
+    log read by wrapping ``cluster.pod_log_tail`` (ours); the read itself is the real one, and answers 404."""
     from airflow_gpu.triggers import cluster
 
     real = cluster.pod_log_tail
 
     async def gone_first(connection: Any, namespace: str, name: str, *args: Any) -> str:
-        await asyncio.to_thread(spot_l4.delete_by_pod_gc, name)  # returns once the pod is gone
+        node = (await asyncio.to_thread(api(spot_l4).read_namespaced_pod, name, namespace)).spec.node_name
+        await asyncio.to_thread(spot_l4.remove_node, node)  # returns once PodGC has deleted its pods
         return await real(connection, namespace, name, *args)
 
     monkeypatch.setattr(cluster, "pod_log_tail", gone_first)
@@ -306,9 +323,52 @@ def test_a_deferred_pod_whose_node_went_with_its_log_returns_the_result_from_its
     event = asyncio.run(asyncio.wait_for(first_event(), 120))
     assert event["status"] == "success" and event[RESULT_LINE_KEY] == '::airflow-gpu-result::{"loss": 0.5}', event
     core = api(spot_l4)
-    assert event["name"] not in [p.metadata.name for p in core.list_namespaced_pod("default").items]
+    assert deleted(core, event["name"])  # kept by the finalizer, its log gone (404)
     resumed = profiled(spot_l4, RESULT)
     resumed.deferrable = True
     assert resumed.trigger_reentry(ctx, event, **deferred.value.kwargs) == {"loss": 0.5}
     assert pods_ever(spot_l4) == [event["name"]], pods_ever(spot_l4)
     assert ctx["ti"].xcom["return_value"] == {"loss": 0.5}
+
+
+@pytest.mark.skipif(not namespaces_available(), reason="the termination-message file needs mount namespaces (root)")
+def test_a_deferred_pod_that_succeeded_and_lost_its_node_while_no_trigger_ran_is_read_not_run_again(
+    spot_l4: KubernetesEmulator,
+) -> None:
+    """The soak (seed 463621002): both triggerers were killed in turn, and the trigger ran again on one of them
+    30 s later. Meanwhile the shard's pod succeeded and its spot node was reclaimed: PodGC deleted the pod,
+    whose end was gone with it when the trigger came back, taken for a reclaim, and the shard ran again.
+    The provider's finalizer (``utils.end_hold``) keeps the deleted pod in the API, Succeeded, its log gone
+    with the node (404) but its termination message in its status: the trigger that comes back reads the
+    success and the result there, and the pod goes once the resumed task is done with it."""
+    ctx = context()
+    op = profiled(spot_l4, RESULT)
+    op.deferrable = True
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(ctx)  # the trigger is not run: its triggerer is down
+    name = deferred.value.trigger.pod_name
+    core = api(spot_l4)
+    pod = wait_for(lambda: (p := core.read_namespaced_pod(name, "default")).status.phase == "Succeeded" and p, 60,
+                   "the pod to succeed")  # fmt: skip
+    assert END_HOLD in pod.metadata.finalizers
+    assert name in spot_l4.remove_node(pod.spec.node_name)  # the reclaim: PodGC deletes the node's pods
+    kept = core.read_namespaced_pod(name, "default")
+    assert kept.metadata.deletion_timestamp is not None and kept.status.phase == "Succeeded"
+    with pytest.raises(client.ApiException) as gone:
+        core.read_namespaced_pod_log(name, "default")
+    assert gone.value.status == 404  # the log went with the node
+
+    async def first_event() -> dict[str, Any]:
+        async for event in deferred.value.trigger.run():
+            return dict(event.payload)
+        raise AssertionError("no event")
+
+    event = asyncio.run(asyncio.wait_for(first_event(), 120))
+    assert event["status"] == "success" and event[RESULT_LINE_KEY] == '::airflow-gpu-result::{"loss": 0.5}', event
+    resumed = profiled(spot_l4, RESULT)
+    resumed.deferrable = True
+    assert resumed.trigger_reentry(ctx, event, **deferred.value.kwargs) == {"loss": 0.5}
+    assert pods_ever(spot_l4) == [name], pods_ever(spot_l4)  # never run again
+    assert ctx["ti"].xcom[INTERRUPTIONS_XCOM_KEY] == []
+    wait_for(lambda: name not in [p.metadata.name for p in core.list_namespaced_pod("default").items], 30,
+             "the pod released and gone")  # fmt: skip

@@ -137,6 +137,7 @@ def test_with_nodes_readable_a_pod_a_person_deletes_fails_the_try(
     outcome, ctx = deleted_while_running(kubernetes_emulator, kubeconfig, tmp_path)
     assert isinstance(outcome.get("error"), AirflowException), outcome
     assert "not a spot interruption" in str(outcome["error"]) and "still exists" in str(outcome["error"])
+    assert not [p for p in pods(kubernetes_emulator)], "the deleted pod is released, not kept for ever"
     assert ctx["ti"].xcom[INTERRUPTIONS_XCOM_KEY] == []
 
 

@@ -281,7 +281,7 @@ def test_a_main_machine_whose_log_went_with_its_node_gives_its_result_from_its_t
     run = op._make_runner(op.launch)
     assert isinstance(run, IndexedJobTraining)
     run.op.__dict__["client"] = LostNodeClient()  # KPO's cached ``client`` of the backend operator
-    end = f'{RESULT}\n::airflow-gpu-end::{{"exit_code": 0, "signals": [], "spot_notice": null}}'
+    end = f'{RESULT}\n::airflow-gpu-end::{{"exit_code": 0, "signals": [], "spot_notice": null, "result": "kept"}}'
     main = {"metadata": {"name": "train-0"}, "status": {"containerStatuses": [
         {"name": run.op.base_container_name, "state": {"terminated": {"exitCode": 0, "message": end}}}]}}  # fmt: skip
     output, unread = run._read_main_log(main)

@@ -611,7 +611,7 @@ def test_the_result_and_the_end_go_to_the_termination_message_and_the_output_is_
                          "no newline"]  # fmt: skip
     assert all(line.startswith(PROFILE_MARKER) for line in lines[5:]) and profile(done.stdout)["exit_code"] == 0
     assert read(end_file.read_text()) == (
-        '::airflow-gpu-result::{"loss": 0.5}', {"exit_code": 0, "signals": [], "spot_notice": None},
+        '::airflow-gpu-result::{"loss": 0.5}', {"exit_code": 0, "signals": [], "spot_notice": None, "result": "kept"},
     )  # fmt: skip
     failed = run(["sh", "-c", f"{script}; exit 3"], {**machine, "AIRFLOW_GPU_TERMINATION_LOG": str(end_file)})
     assert failed.returncode == 3 and failed.stdout.splitlines()[:5] == lines[:5]
@@ -630,7 +630,9 @@ def test_a_signalled_command_s_end_says_so_in_the_termination_message(machine: d
     process.send_signal(signal.SIGTERM)
     process.communicate(timeout=30)
     assert process.returncode == 0
-    assert read(end_file.read_text()) == (None, {"exit_code": 0, "signals": ["SIGTERM"], "spot_notice": None})
+    assert read(end_file.read_text()) == (
+        None, {"exit_code": 0, "signals": ["SIGTERM"], "spot_notice": None, "result": "none"},
+    )  # fmt: skip
 
 
 def test_without_the_kubelet_s_file_the_output_is_not_piped(machine: dict[str, str], tmp_path: Path) -> None:
@@ -644,3 +646,17 @@ def test_without_the_kubelet_s_file_the_output_is_not_piped(machine: dict[str, s
     end_file.write_text("")
     done = run([sys.executable, "-c", script], {**machine, "AIRFLOW_GPU_TERMINATION_LOG": str(end_file)})
     assert done.stdout.splitlines()[0] == "False"  # the pipe: the mutation check of the line above
+
+
+def test_output_still_held_open_at_the_end_leaves_the_result_unknown(machine: dict[str, str], tmp_path: Path) -> None:
+    """Fake driver-less NVML. A process the command left behind holds its standard output open: the profiler
+    stops waiting for it after ``DRAIN_SECONDS`` and cannot tell which result line was last, so it says so
+    instead of passing an earlier one on as the result."""
+    end_file = tmp_path / "termination-log"
+    end_file.write_text("")
+    script = "sleep 4 & printf '::airflow-gpu-result::1'"
+    done = run(["sh", "-c", script], {**machine, "AIRFLOW_GPU_TERMINATION_LOG": str(end_file)})
+    assert done.returncode == 0 and "::airflow-gpu-result::1" in done.stdout
+    assert read(end_file.read_text()) == (
+        None, {"exit_code": 0, "signals": [], "spot_notice": None, "result": "unknown"},
+    )  # fmt: skip

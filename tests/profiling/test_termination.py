@@ -15,6 +15,7 @@ from airflow_gpu.profiling.termination import (
     MAX_MESSAGE_BYTES,
     RESULT_MARKER,
     ResultCatcher,
+    budget,
     message,
     read,
     write,
@@ -57,41 +58,72 @@ def test_a_result_line_too_long_to_carry_is_no_line_even_after_an_earlier_one() 
     assert catcher.line is None  # the last result is the long one: carrying the earlier would be a wrong result
 
 
+def end_of(**fields: object) -> dict[str, object]:
+    return {"exit_code": 0, "signals": [], "spot_notice": None, "result": "kept", **fields}
+
+
 def test_the_message_holds_the_result_when_it_fits_and_always_the_end() -> None:
     line = RESULT_MARKER + '{"loss": 0.5}'
-    text = message(line, 0, [], None, MAX_MESSAGE_BYTES)
-    assert text.splitlines() == [line, END_MARKER + '{"exit_code": 0, "signals": [], "spot_notice": null}']
-    assert read(text) == (line, {"exit_code": 0, "signals": [], "spot_notice": None})
+    text = message(line, "kept", 0, [], None, MAX_MESSAGE_BYTES)
+    assert text.splitlines() == [line, END_MARKER + json.dumps(end_of())] and text.endswith("\n")
+    assert read(text) == (line, end_of())
     big = RESULT_MARKER + json.dumps("x" * MAX_MESSAGE_BYTES)
-    assert read(message(big, 143, ["SIGTERM"], "2026-11-27T04:00:00Z", MAX_MESSAGE_BYTES)) == (
-        None, {"exit_code": 143, "signals": ["SIGTERM"], "spot_notice": "2026-11-27T04:00:00Z"},
+    assert read(message(big, "kept", 143, ["SIGTERM"], "2026-11-27T04:00:00Z", MAX_MESSAGE_BYTES)) == (
+        None, end_of(exit_code=143, signals=["SIGTERM"], spot_notice="2026-11-27T04:00:00Z", result="too long"),
     )  # fmt: skip
-    assert message(line, 0, [], None, 10) == ""  # not even the end fits
+    assert read(message(None, "unknown", 0, [], None, MAX_MESSAGE_BYTES)) == (None, end_of(result="unknown"))
+    assert message(line, "kept", 0, [], None, 10) == ""  # not even the end fits
+
+
+@given(st.integers(min_value=0, max_value=MAX_MESSAGE_BYTES), st.text(max_size=300), st.integers(0, 6000))
+def test_the_file_never_outgrows_what_the_kubelet_keeps_whole(own: int, value: str, budget: int) -> None:
+    """Whatever the workload wrote and however long the result, the file stays within the budget (the kubelet
+    reads its last 4096 bytes, then keeps the start of each container's share of 12 KiB): what is written is
+    read back whole, or nothing is written."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "termination-log"
+        path.write_bytes(b"w" * own)
+        line = RESULT_MARKER + json.dumps(value)
+        why = write(str(path), line, "kept", 0, [], None, budget)
+        data = path.read_bytes()
+        if why is not None:
+            assert data == b"w" * own
+            return
+        assert len(data) <= min(budget, MAX_MESSAGE_BYTES)
+        kept = data[-MAX_MESSAGE_BYTES:][: min(budget, MAX_MESSAGE_BYTES)].decode()
+        result, end = read(kept)
+        assert end is not None and (result == line) == (end["result"] == "kept")
 
 
 def test_a_workload_s_own_message_comes_first_and_stays(tmp_path: Path) -> None:
     """The kubelet made the file; the workload wrote its own message; the entrypoint appends its lines."""
     path = tmp_path / "termination-log"
     path.write_text("checkpoint saved to s3://bucket/step-900")
-    assert write(str(path), RESULT_MARKER + "1", 0, [], None) is None
+    assert write(str(path), RESULT_MARKER + "1", "kept", 0, [], None) is None
     text = path.read_text()
     assert text.startswith("checkpoint saved to s3://bucket/step-900\n")
-    assert read(text) == (RESULT_MARKER + "1", {"exit_code": 0, "signals": [], "spot_notice": None})
-    assert len(text.encode()) <= MAX_MESSAGE_BYTES
+    assert read(text) == (RESULT_MARKER + "1", end_of())
 
 
 def test_no_file_is_made_where_the_kubelet_made_none(tmp_path: Path) -> None:
     path = tmp_path / "absent"
-    assert write(str(path), RESULT_MARKER + "1", 0, [], None) == f"no termination message file at {path}"
+    assert write(str(path), RESULT_MARKER + "1", "kept", 0, [], None) == f"no termination message file at {path}"
     assert not path.exists()
-    assert write(None, RESULT_MARKER + "1", 0, [], None) is None
+    assert write(None, RESULT_MARKER + "1", "kept", 0, [], None) is None
 
 
 def test_a_full_file_leaves_the_workload_s_message_alone(tmp_path: Path) -> None:
     path = tmp_path / "termination-log"
     path.write_text("x" * (MAX_MESSAGE_BYTES - 10))
-    assert "leaves no room" in (write(str(path), None, 0, [], None) or "")
+    assert "leaves no room" in (write(str(path), None, "none", 0, [], None) or "")
     assert path.read_text() == "x" * (MAX_MESSAGE_BYTES - 10)
+
+
+def test_the_budget_from_the_environment() -> None:
+    assert budget(None) == budget("x") == MAX_MESSAGE_BYTES
+    assert budget("3072") == 3072 and budget("99999") == MAX_MESSAGE_BYTES and budget("-5") == 0
 
 
 def test_only_the_entrypoint_s_own_end_counts() -> None:

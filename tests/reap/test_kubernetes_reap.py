@@ -13,6 +13,7 @@ from airflow_gpu.reap.reaper import reap, render
 from airflow_gpu.reap.rules import InstanceState
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 from airflow_gpu.testing.polling import wait_for
+from airflow_gpu.utils.end_hold import END_HOLD
 from airflow_gpu.utils.training_job import JOB_LABEL, job_manifests
 from tests.operators.task_context import Ti
 from tests.reap.conftest import RUN, RecordedAirflow, pod_marks
@@ -134,3 +135,38 @@ def test_a_training_job_is_deleted_with_its_pods_and_service(
     wait_for(lambda: not core.list_namespaced_pod("default", label_selector=selector).items, 60, "the ranks gone")
     wait_for(lambda: not batch.list_namespaced_job("default", label_selector=selector).items, 60, "the Job gone")
     assert not core.list_namespaced_service("default", label_selector=selector).items
+
+
+def test_a_pod_the_provider_s_finalizer_keeps_for_a_dead_try_is_released(
+    kubernetes_emulator: KubernetesEmulator, core: client.CoreV1Api
+) -> None:
+    """A try that died leaves its ended pods with the provider's finalizer (``utils.end_hold``): one that
+    succeeded, and one a person or PodGC deleted since, which only the finalizer keeps. Both are orphans of a
+    failed task; reaping deletes the first and lets both go, and a live pod of a running task is left."""
+    failed, running = Ti(1, dag_id="gpu", task_id="failed", run_id=RUN), Ti(1, dag_id="gpu", task_id="runs", run_id=RUN)
+    for name in ("ended", "deleting"):
+        marks = pod_marks(failed)
+        core.create_namespaced_pod("default", {
+            "metadata": {"name": name, **marks, "finalizers": [END_HOLD]},
+            "spec": {"restartPolicy": "Never",
+                     "containers": [{"name": "base", "image": "busybox", "command": ["true"]}]},
+        })  # fmt: skip
+        wait_for(lambda n=name: core.read_namespaced_pod(n, "default").status.phase == "Succeeded", 30, "success")
+    core.delete_namespaced_pod("deleting", "default")
+    assert core.read_namespaced_pod("deleting", "default").metadata.deletion_timestamp is not None  # kept
+    start_pod(core, "running-task", pod_marks(running))
+    airflow = RecordedAirflow({
+        ("gpu", "failed", RUN, -1): InstanceState("failed", 1),
+        ("gpu", "runs", RUN, -1): InstanceState("running", 1),
+    })  # fmt: skip
+
+    listed = reap([cluster(kubernetes_emulator)], airflow, grace=NONE)
+    assert sorted((f.resource.name, f.resource.status) for f in listed.orphans) == [
+        ("deleting", "Succeeded, held (being deleted)"), ("ended", "Succeeded, held (ended)"),
+    ]  # fmt: skip
+    done = reap([cluster(kubernetes_emulator)], airflow, delete=True, grace=NONE)
+    assert sorted((f.resource.name, f.action) for f in done.orphans) == [
+        ("deleting", "released: its deletion ends"), ("ended", "released: deleted"),
+    ]  # fmt: skip
+    wait_for(lambda: pod_or_none(core, "ended") is None and pod_or_none(core, "deleting") is None, 30, "both gone")
+    assert pod_or_none(core, "running-task").metadata.deletion_timestamp is None

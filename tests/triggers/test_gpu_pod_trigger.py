@@ -593,3 +593,34 @@ def test_triggers_that_come_after_the_list_find_their_pods_in_it_without_a_get(
     assert kubernetes_emulator.api_requests("GET", "pods", "") - gets == 1  # the pod the list did not have
     assert kubernetes_emulator.api_requests("GET", "pods", "log") == len(names)  # each success's result line
     assert kubernetes_emulator.api_requests("LIST", "pods") == 1
+
+
+def test_a_kept_pod_the_trigger_replaced_is_let_go_of(kubernetes_emulator: KubernetesEmulator) -> None:
+    """``on_finish_action="keep_pod"``: the reclaimed pod stays, and the trigger that replaced it removes the
+    provider's finalizer from it (``utils.end_hold``), so it no longer waits for a reader: a deletion (PodGC's,
+    a person's) then ends. The replacement keeps it: its end is not read yet."""
+    from airflow_gpu.triggers.pod_replacement import NAME_TOKEN
+    from airflow_gpu.utils.end_hold import END_HOLD
+
+    api = core(kubernetes_emulator)
+    plan = spot_argument("train-abc", max_interruptions=3)
+    plan["base"]["metadata"]["finalizers"] = [END_HOLD]  # as ``dress`` builds it
+    first = json.loads(json.dumps(plan["base"]).replace(NAME_TOKEN, "train-abc"))
+    first["spec"]["containers"][0]["command"] = ["sh", "-c", "sleep 600"]
+    api.create_namespaced_pod("default", first)
+    kept = GPUPodTrigger(**{**trigger(kubernetes_emulator, "train-abc", on_finish_action="keep_pod").serialize()[1],
+                            "gpu_spot": plan})  # fmt: skip
+
+    async def body() -> dict[str, Any]:
+        run = asyncio.create_task(first_event(kept))
+        await asyncio.sleep(0)
+        (watch,) = SharedPodWatch.in_this_loop()
+        await asyncio.wait_for(watch.synced.wait(), 30)
+        await asyncio.to_thread(kubernetes_emulator.preempt, "train-abc", "default", 0)
+        return await run
+
+    event = asyncio.run(body())
+    assert (event["status"], event["name"]) == ("success", "train-abc-r1")
+    old = api.read_namespaced_pod("train-abc", "default")
+    assert old.status.phase == "Failed" and not old.metadata.finalizers  # kept, let go of
+    assert api.read_namespaced_pod("train-abc-r1", "default").metadata.finalizers == [END_HOLD]

@@ -48,12 +48,13 @@ from airflow_gpu.operators import kubernetes_profiler, orphaned_try, success_mar
 from airflow_gpu.operators.gpu_profile import check_interval, profiled_by_default
 from airflow_gpu.operators.kubernetes_pod import STATE_ANNOTATION, dress, placement
 from airflow_gpu.operators.kubernetes_reads import UNREAD, ClusterReads, RetryingPodManager, classify_gone, lost_create
+from airflow_gpu.operators.kubernetes_release import PodsReleased
 from airflow_gpu.operators.kubernetes_resume import PodDeferral
 from airflow_gpu.operators.kubernetes_takeover import UnreadSuccessKept, succeeded_unread, take_over
 from airflow_gpu.operators.retry_handover import live, why_no_takeover
 from airflow_gpu.operators.spot_task import bad_result, fail, publish
 from airflow_gpu.spot import admission
-from airflow_gpu.spot.classifier import Classification, Outcome, classify_pod, disrupted_by
+from airflow_gpu.spot.classifier import Classification, Outcome, disrupted_by
 from airflow_gpu.spot.policy import Capacity, SpotPolicy
 from airflow_gpu.spot.run import SpotRun
 from airflow_gpu.triggers.interruption_log import log_interruptions
@@ -66,7 +67,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class GPUKubernetesOperator(UnreadSuccessKept, PodDeferral, KubernetesPodOperator):
+class GPUKubernetesOperator(UnreadSuccessKept, PodsReleased, PodDeferral, KubernetesPodOperator):
     """Run a container on Kubernetes GPUs described by one accelerator spec.
 
     :param accelerator: ``"H100:8"``, an ``Accelerator``, or candidates in preference order
@@ -251,12 +252,11 @@ class GPUKubernetesOperator(UnreadSuccessKept, PodDeferral, KubernetesPodOperato
         xcom_result: dict[Any, Any] | None = None,
         context: Context | None = None,
     ) -> None:
-        """Classify the pod and read its result, then always let KPO clean up (no pod left behind).
-
-        KPO cleans up only a pod it read back (``remote_pod``); one whose create succeeded but whose first read
-        failed (the API server throttled or down past the retry budget) would run on, billed, for nobody: it
-        is read here and, while it runs, deleted (unless ``on_finish_action="keep_pod"``). A try whose supervisor
-        died leaves the pod to its retry or deletes it, nothing more (``orphaned_try``)."""
+        """Classify the pod and read its result, then always let KPO clean up (no pod left behind). KPO cleans up
+        only a pod it read back (``remote_pod``); one whose create succeeded but whose first read failed (the API
+        server throttled or down past the retry budget) would run on, billed, for nobody: it is read here and,
+        while it runs, deleted (unless ``on_finish_action="keep_pod"``). A try whose supervisor died leaves the pod
+        to its retry or deletes it, nothing more (``orphaned_try``). A pod Succeeded on a deletion's signal fails."""
         if orphaned_try.orphaned(self):  # its retry takes the pod over, if one will
             kept = context is not None and why_no_takeover(self, context) is None
             return orphaned_try.settle(self, remote_pod or self.pod, kept)
@@ -276,6 +276,8 @@ class GPUKubernetesOperator(UnreadSuccessKept, PodDeferral, KubernetesPodOperato
                 self._record_success(context)  # before KPO deletes the pod: a retry finds the success
         finally:
             super().cleanup(pod, remote_pod, xcom_result, context)
+        if (ended := self._outcome) is not None and ended.outcome is Outcome.DELETED:  # Succeeded on the signal
+            raise AirflowException(f"the pod was deleted while it ran and ended on the deletion ({ended.message})")
 
     def _record_success(self, context: Context | None) -> None:
         if context is None or self.do_xcom_push or self._result_error is not None or self.pod is None:
@@ -296,7 +298,7 @@ class GPUKubernetesOperator(UnreadSuccessKept, PodDeferral, KubernetesPodOperato
             if self._outcome.outcome is Outcome.SUCCEEDED:
                 self._succeeded_gone(pod.metadata.name, last_seen, node, node_stays)
             return
-        self._outcome = classify_pod(current)
+        self._outcome = self.reads.classify(current, self.base_container_name)
         if self._outcome.outcome is not Outcome.UNSCHEDULABLE and (self.gpu_profile or not self.do_xcom_push):
             self._output, self._unread = self.reads.output(pod, self.base_container_name)
         if self._outcome.outcome is Outcome.SUCCEEDED and not self.do_xcom_push:  # a log gone (PodGC, a drain)

@@ -22,9 +22,15 @@ from kubernetes.client import models as k8s
 from airflow_gpu.accelerators.kubernetes import KubernetesPlacement, to_kubernetes
 from airflow_gpu.operators import kubernetes_profiler
 from airflow_gpu.operators.gpu_profile import ENV_SPOT_NOTICE, profiler_environment
-from airflow_gpu.profiling.termination import ENV_TERMINATION_LOG
+from airflow_gpu.profiling.termination import (
+    ENV_TERMINATION_BYTES,
+    ENV_TERMINATION_LOG,
+    MAX_MESSAGE_BYTES,
+    MAX_POD_MESSAGE_BYTES,
+)
 from airflow_gpu.spot.policy import Capacity
 from airflow_gpu.triggers.pod_replacement import SPOT_NOTICE_PATH, notice_hook
+from airflow_gpu.utils.end_hold import END_HOLD
 from airflow_gpu.utils.kubernetes import add_placement
 from airflow_gpu.utils.pod_identity import TASK_ANNOTATION, task_annotation
 
@@ -67,6 +73,7 @@ def dress(op: GPUKubernetesOperator, pod: k8s.V1Pod, context: Context | None) ->
         env |= kubernetes_profiler.wrap(op, container, context)
         # where the profiler leaves the result and the exit for the pod's status (``profiling.termination``)
         env[ENV_TERMINATION_LOG] = container.termination_message_path or DEFAULT_TERMINATION_LOG
+        env[ENV_TERMINATION_BYTES] = str(message_budget(pod))
     kept = [e for e in container.env or [] if e.name not in env]  # every variable once
     container.env = [*kept, *(k8s.V1EnvVar(name=k, value=v) for k, v in env.items())]
     if container.lifecycle is None:
@@ -82,7 +89,17 @@ def dress(op: GPUKubernetesOperator, pod: k8s.V1Pod, context: Context | None) ->
     if context is not None:  # the try's exact identity: ``airflow-gpu reap`` asks Airflow about it
         annotations[TASK_ANNOTATION] = task_annotation(context["ti"])
     pod.metadata.annotations = annotations
+    if END_HOLD not in (pod.metadata.finalizers or []):  # kept in the API until its end is read (``end_hold``)
+        pod.metadata.finalizers = [*(pod.metadata.finalizers or []), END_HOLD]
     return pod
+
+
+def message_budget(pod: k8s.V1Pod) -> int:
+    """The bytes of a termination message the kubelet keeps whole: its last 4096, then each container's share of
+    12 KiB for the pod, counted with two more containers than the spec has (a mesh's webhook injects an init
+    container and a proxy, as Istio does, after the operator built the pod)."""
+    containers = len(pod.spec.containers or []) + len(pod.spec.init_containers or []) + 2
+    return min(MAX_MESSAGE_BYTES, MAX_POD_MESSAGE_BYTES // containers)
 
 
 def _pod_name(op: GPUKubernetesOperator, built: str, context: Context | None) -> str:

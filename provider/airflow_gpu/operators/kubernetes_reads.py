@@ -31,11 +31,19 @@ from kubernetes.client.exceptions import ApiException
 from airflow_gpu.hooks.kubernetes import cluster_gpu_capacity, node_capacity_type
 from airflow_gpu.profiling import termination
 from airflow_gpu.profiling.marker import MAX_CHUNKS, PROFILE_MARKER
-from airflow_gpu.spot.classifier import Classification, Outcome, classify_deleted_pod, disrupted_by, node_stays
+from airflow_gpu.spot.classifier import (
+    Classification,
+    Outcome,
+    classify_deleted_pod,
+    classify_pod,
+    disrupted_by,
+    node_stays,
+)
 from airflow_gpu.spot.node_access import say_nodes_unreadable
 from airflow_gpu.spot.start_failure import missing_program
 from airflow_gpu.triggers.pod_replacement import same_task_try
 from airflow_gpu.utils.api_retry import call
+from airflow_gpu.utils.end_hold import released
 from airflow_gpu.utils.kubernetes import to_dict
 from airflow_gpu.utils.results import RESULT_MARKER, WorkloadOutput, read_output
 from airflow_gpu.utils.termination_message import terminated_message
@@ -78,7 +86,8 @@ class RetryingPodManager(PodManager):
         """What the followed result lines and profile report say, for a pod or log gone before the end was
         read. A last result line that is not JSON counts as none: KPO's follower hands on a line cut off
         when the stream ends, which the workload may have printed whole (no bug of its to fail the task for)."""
-        results = self.followed_results(container) or [line for line in [self._message(container)[0]] if line]
+        line, end = self._message(container)  # the profiler's own last result line outranks a follow cut short
+        results = [line] if line and (end or {}).get("result") == "kept" else self.followed_results(container)
         output = read_output([*results, *self._profile_lines.get(container, ())])
         return WorkloadOutput() if output.result_error is not None else output
 
@@ -134,6 +143,9 @@ class RetryingPodManager(PodManager):
         return created
 
     def delete_pod(self, pod: k8s.V1Pod) -> None:
+        """KPO's delete, the provider's finalizer removed first (``end_hold``): the pod goes when its containers
+        have stopped, as without it."""
+        released(self._client, pod, self.log)
         call(lambda: _unwrapped(PodManager.delete_pod)(self, pod), f"deleting pod {_name(pod)}", log=self.log)
 
     _starting = False  # within ``await_pod_start``
@@ -196,6 +208,15 @@ class ClusterReads:
             return None  # 403 (no `get nodes`), or an API server down past the retry budget: we cannot tell
         return node_stays(found)
 
+    def classify(self, pod: Mapping[str, Any], container: str) -> Classification:
+        """``classify_pod``, except for a pod being deleted that ended by the deletion (the provider's finalizer,
+        ``utils.end_hold``, keeps it in the API): judged by its node as a pod gone is (``classify_deleted_pod``):
+        a node gone is a reclaim, one that stays a deletion through the API, one that cannot be read a reclaim."""
+        seen = classify_pod(pod)
+        if seen.outcome is Outcome.DELETED and (pod.get("metadata") or {}).get("deletionTimestamp"):
+            return classify_deleted_pod(pod, self.node_stays((pod.get("spec") or {}).get("nodeName")), container)
+        return seen
+
     def pod(self, pod: k8s.V1Pod) -> dict[str, Any] | None:
         """The pod as it is now, as an API dict; None once it is gone."""
         try:
@@ -245,6 +266,7 @@ class ClusterReads:
     def delete_and_wait(self, pod: k8s.V1Pod) -> None:
         """Delete the pod now and wait (a minute at most) until it is gone: a pending pod must not start later."""
         with contextlib.suppress(ApiException):
+            released(self.client, pod, LOG)
             call(lambda: self.client.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
                                                            grace_period_seconds=0),
                  f"deleting pod {_name(pod)}", log=LOG)  # fmt: skip

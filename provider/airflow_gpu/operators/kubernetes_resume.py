@@ -44,6 +44,7 @@ from airflow_gpu.spot.classifier import Outcome, classify_deleted_pod
 from airflow_gpu.triggers.kubernetes import LAST_SEEN_KEY, NEXT_KEY, STATE_KEY, GPUPodTrigger
 from airflow_gpu.triggers.pod_replacement import submission_name
 from airflow_gpu.triggers.result_tail import RESULT_LINE_KEY
+from airflow_gpu.utils import end_hold
 from airflow_gpu.utils.kubernetes import to_dict
 
 if TYPE_CHECKING:
@@ -97,8 +98,10 @@ class PodDeferral:
         op.log.warning("The triggerer replaced pod %s but could not create the next one: %s", event["name"],
                          event.get("message"))  # fmt: skip
         ended = self._pod(event["name"], event["namespace"])
-        if ended.status is not None:  # read: it is there to mark
+        if ended.status is not None:  # read: it is there to mark, and to let go of
             op.patch_already_checked(ended, reraise=False)
+            with contextlib.suppress(ApiException):
+                end_hold.released(op.client, ended, op.log)
         for hook in ("on_pod_completion", "on_pod_teardown", "on_pod_cleanup"):  # KPO's, for a pod it replaces
             self._call_back(hook, context, pod=ended)
         publish(context, op.spot_run, None)
@@ -249,6 +252,7 @@ class PodDeferral:
     def _delete(self, name: str, namespace: str) -> None:
         op = _operator(self)
         with contextlib.suppress(ApiException):
+            end_hold.release(op.client, name, namespace, op.log)
             op.client.delete_namespaced_pod(name, namespace, grace_period_seconds=op.termination_grace_period)
 
     def _replay_trigger_pods(

@@ -35,7 +35,10 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.cncf.kubernetes.operators.pod import POD_IDENTIFIER_STATE_KEY
 
 from airflow_gpu.operators.pod_marks import CHECKED_LABEL, submissions
+from airflow_gpu.spot.classifier import ended_on_a_deletion_signal
 from airflow_gpu.utils.api_retry import call
+from airflow_gpu.utils.end_hold import held
+from airflow_gpu.utils.kubernetes import to_dict
 from airflow_gpu.utils.pod_identity import identity_mismatch
 
 if TYPE_CHECKING:
@@ -70,10 +73,14 @@ def succeeded_unread(op: KubernetesPodOperator, context: Context) -> k8s.V1Pod |
 
 
 def unread_success(pod: k8s.V1Pod) -> bool:
-    """Succeeded, and neither labelled checked nor being deleted: no try has read its end."""
+    """Succeeded, and neither labelled checked nor being deleted: no try has read its end. A pod being deleted
+    that the provider's finalizer holds (``end_hold``) was not read either: its end is kept for a try to read,
+    unless it ended on the deletion's signal (``ended_on_a_deletion_signal``)."""
     labels = pod.metadata.labels or {}
     phase = pod.status.phase if pod.status is not None else None
-    return phase == "Succeeded" and pod.metadata.deletion_timestamp is None and labels.get(CHECKED_LABEL) != "True"
+    if phase != "Succeeded" or labels.get(CHECKED_LABEL) == "True":
+        return False
+    return pod.metadata.deletion_timestamp is None or (held(pod) and not ended_on_a_deletion_signal(to_dict(pod)))
 
 
 #: The labels that name a task instance (KPO's ``_get_ti_pod_labels``; ``map_index`` only on a mapped one).

@@ -19,6 +19,8 @@ import contextlib
 import os
 from typing import Any
 
+from airflow_gpu.utils import end_hold
+
 
 def remember(op: Any) -> None:
     """Note this process's supervisor, where it has one, as the try starts or resumes."""
@@ -39,5 +41,6 @@ def settle(op: Any, pod: Any, taken_over: bool) -> None:
     if pod is None or taken_over:
         return
     with contextlib.suppress(Exception):
+        end_hold.release(op.client, pod.metadata.name, pod.metadata.namespace, op.log)
         op.client.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
                                         grace_period_seconds=op.termination_grace_period)  # fmt: skip

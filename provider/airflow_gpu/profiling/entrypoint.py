@@ -286,26 +286,45 @@ class Tee:
     def __init__(self, source: int) -> None:
         from airflow_gpu.profiling import termination
 
-        self.catcher = termination.ResultCatcher()
+        self.catcher: Any = termination.ResultCatcher()
         self._source = source
+        self.caught = True  # False once the catcher failed: the output is still passed on, unread
         self.thread = threading.Thread(target=self._run, name="airflow-gpu-profiler-tee", daemon=True)
+
+    def result(self) -> tuple[str | None, str]:
+        """The last result line and what became of it (``termination.message``'s ``result``)."""
+        if self.thread.is_alive() or not self.caught:  # still reading (a process holds the pipe), or broken
+            return None, "unknown"
+        if self.catcher.line is not None:
+            return self.catcher.line, "kept"
+        return None, "too long" if self.catcher.too_long else "none"
 
     def _run(self) -> None:
         out = sys.stdout.fileno() if sys.stdout is not None else None
-        while True:
+        while True:  # never stops reading before the end: a child whose pipe is full would hang the pod
             try:
                 data = os.read(self._source, 65536)
             except OSError:
                 break
             if not data:
                 break
-            self.catcher.feed(data)
-            while data and out is not None:  # a closed standard output: the line is still caught
+            if self.caught:
+                try:
+                    self.catcher.feed(data)
+                except Exception:  # passed on unread from here
+                    self.caught = False
+            while data and out is not None:
                 try:
                     data = data[os.write(out, data) :]
-                except OSError:
+                except InterruptedError:
+                    continue
+                except OSError:  # a closed standard output: the lines are still caught
                     out = None
-        self.catcher.close()
+        if self.caught:
+            try:
+                self.catcher.close()
+            except Exception:
+                self.caught = False
 
 
 def wait_for_child(child: subprocess.Popen[bytes]) -> int:
@@ -485,7 +504,8 @@ def main(argv: Sequence[str] | None = None, *, interval: float | None = None) ->
             # not on a terminal, where a background group that reads stdin would be stopped.
             interactive = sys.stdin is not None and sys.stdin.isatty()
             end_file = env.get(ENV_TERMINATION_LOG) or None
-            piped = end_file is not None and Path(end_file).is_file()  # else its output is not touched
+            on_terminal = sys.stdout is not None and sys.stdout.isatty()  # ``tty: true``: left a terminal
+            piped = end_file is not None and Path(end_file).is_file() and not on_terminal  # else untouched
             child = subprocess.Popen(
                 command, preexec_fn=None if interactive else os.setpgrp, stdout=subprocess.PIPE if piped else None
             )  # no thread yet
@@ -548,7 +568,9 @@ def main(argv: Sequence[str] | None = None, *, interval: float | None = None) ->
         if tee is not None and code == 0:  # a failure's message stays the kubelet's (FallbackToLogsOnError)
             from airflow_gpu.profiling import termination
 
-            unwritten = termination.write(end_file, tee.catcher.line, code, forwarder.seen, notice)
+            line, said = tee.result()
+            budget = termination.budget(env.get(termination.ENV_TERMINATION_BYTES))
+            unwritten = termination.write(end_file, line, said, code, forwarder.seen, notice, budget)
             if unwritten:
                 notes.append(unwritten)
         finish(

@@ -33,8 +33,10 @@ END_MARKER = "::airflow-gpu-end::"
 ENV_TERMINATION_LOG = "AIRFLOW_GPU_TERMINATION_LOG"
 #: What the kubelet keeps of the file (``kubecontainer.MaxContainerTerminationMessageLength``).
 MAX_MESSAGE_BYTES = 4096
-#: Room kept for the end line (and what the workload wrote itself, first).
-END_LINE_BYTES = 256
+#: The variable with the bytes the kubelet keeps whole (``write``'s ``budget``), set by the operator.
+ENV_TERMINATION_BYTES = "AIRFLOW_GPU_TERMINATION_BYTES"
+#: What the kubelet keeps of all of a pod's messages together (``normalizeStatus``), shared per container.
+MAX_POD_MESSAGE_BYTES = 12 * 1024
 
 
 class ResultCatcher:
@@ -43,6 +45,7 @@ class ResultCatcher:
     def __init__(self, limit: int = MAX_MESSAGE_BYTES) -> None:
         self.limit = limit
         self.line: str | None = None
+        self.too_long = False  # the last result line was past ``limit``
         self._pending = b""  # the current line so far, while it is within ``limit``
         self._head: bytes | None = None  # the start of a current line past ``limit``, whose rest is dropped
 
@@ -66,24 +69,54 @@ class ResultCatcher:
     def _take(self, line: bytes, head: bytes | None) -> None:
         text = (line if head is None else head).decode("utf-8", "replace").rstrip("\r")
         if text.startswith(RESULT_MARKER):  # the last result line counts, even one too long to carry
-            self.line = None if head is not None or len(line) > self.limit else text
+            self.too_long = head is not None or len(line) > self.limit
+            self.line = None if self.too_long else text
 
 
-def message(result_line: str | None, code: int, signals: Sequence[str], spot_notice: str | None, room: int) -> str:
-    """The lines to write within ``room`` bytes: the result line when it fits, then the end line."""
-    end = END_MARKER + json.dumps({"exit_code": code, "signals": list(signals), "spot_notice": spot_notice})
-    lines = [end]
-    if result_line is not None and len((result_line + "\n" + end).encode()) <= room:
-        lines.insert(0, result_line)
-    return "\n".join(lines) if len(end.encode()) <= room else ""
+def message(
+    result_line: str | None, result: str, code: int, signals: Sequence[str], spot_notice: str | None, room: int
+) -> str:
+    """The lines to write, newlines included, within ``room`` bytes: the result line when it fits, then the end
+    line, whose ``result`` says what became of the result: ``kept`` (the line before it), ``too long``,
+    ``none`` printed, or ``unknown`` (the output could not be read to its end)."""
+
+    def end(said: str) -> str:
+        fields = {"exit_code": code, "signals": list(signals), "spot_notice": spot_notice, "result": said}
+        return END_MARKER + json.dumps(fields) + "\n"
+
+    if result_line is not None and result == "kept":
+        text = result_line + "\n" + end("kept")
+        if len(text.encode()) <= room:
+            return text
+        result = "too long"
+    text = end(result)
+    return text if len(text.encode()) <= room else ""
+
+
+def budget(value: str | None) -> int:
+    """``ENV_TERMINATION_BYTES`` as a number of bytes; the kubelet's per-container most when unset or bad."""
+    try:
+        given = int(value or MAX_MESSAGE_BYTES)
+    except ValueError:
+        return MAX_MESSAGE_BYTES
+    return max(0, min(given, MAX_MESSAGE_BYTES))
 
 
 def write(
-    path: str | None, result_line: str | None, code: int, signals: Sequence[str], spot_notice: str | None
+    path: str | None,
+    result_line: str | None,
+    result: str,
+    code: int,
+    signals: Sequence[str],
+    spot_notice: str | None,
+    budget: int = MAX_MESSAGE_BYTES,
 ) -> str | None:
     """Append the end to the termination message file, which the kubelet made; why not, or None.
 
-    Only an existing file is written (the kubelet mounts it): on a host without one nothing is made."""
+    ``budget``: what the kubelet keeps of it whole. It reads the file's last 4096 bytes, then cuts each
+    container's message to its share of 12 KiB for the pod (``normalizeStatus``), from the front: the
+    whole file must fit both, so the operator passes the smaller. Only an existing file is written (the
+    kubelet mounts it): on a host without one nothing is made."""
     if not path:
         return None
     file = Path(path)
@@ -91,12 +124,12 @@ def write(
         if not file.is_file():
             return f"no termination message file at {path}"
         size = file.stat().st_size
-        room = MAX_MESSAGE_BYTES - size - (1 if size else 0)
-        text = message(result_line, code, signals, spot_notice, room)
+        room = min(budget, MAX_MESSAGE_BYTES) - size - (1 if size else 0)
+        text = message(result_line, result, code, signals, spot_notice, room)
         if not text:
             return f"the workload's own termination message leaves no room in {path}"
         with file.open("a", encoding="utf-8") as out:
-            out.write(("\n" if size else "") + text + "\n")
+            out.write(("\n" if size else "") + text)
     except OSError as error:
         return f"the termination message could not be written: {error}"
     return None

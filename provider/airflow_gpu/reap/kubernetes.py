@@ -163,9 +163,13 @@ class KubernetesResources:
         try:
             if resource.kind == "pod":
                 options = V1DeleteOptions(grace_period_seconds=resource.grace_seconds, preconditions=preconditions)
-                self._call(
-                    lambda: self.core.delete_namespaced_pod(name, namespace, body=options), f"deleting pod {name}"
-                )
+                if "being deleted" not in resource.status:
+                    self._call(
+                        lambda: self.core.delete_namespaced_pod(name, namespace, body=options), f"deleting pod {name}"
+                    )
+                if resource.held:
+                    self._release(name, namespace, resource.uid)
+                    return "released: " + ("its deletion ends" if "being deleted" in resource.status else "deleted")
                 grace = (
                     "its own grace period" if resource.grace_seconds is None else f"{resource.grace_seconds} s grace"
                 )
@@ -187,6 +191,24 @@ class KubernetesResources:
             return f"FAILED: HTTP {error.status} {error.reason}"
         except Exception as error:
             return f"FAILED: {type(error).__name__}: {error}"
+
+    def _release(self, name: str, namespace: str, uid: str | None) -> None:
+        """Remove the provider's finalizer (``utils.end_hold``) from this very pod: a JSON patch that tests the
+        uid and the finalizer's place first, so a pod made anew under the name, or a list changed meanwhile,
+        is refused (422) rather than changed."""
+        from airflow_gpu.utils.end_hold import END_HOLD
+
+        pod = self._call(lambda: self.core.read_namespaced_pod(name, namespace), f"reading pod {name}")
+        finalizers = list(pod.metadata.finalizers or [])
+        if (uid and pod.metadata.uid != uid) or END_HOLD not in finalizers:
+            return
+        at = f"/metadata/finalizers/{finalizers.index(END_HOLD)}"
+        patch = [
+            {"op": "test", "path": "/metadata/uid", "value": pod.metadata.uid},
+            {"op": "test", "path": at, "value": END_HOLD},
+            {"op": "remove", "path": at},
+        ]
+        self._call(lambda: self.core.patch_namespaced_pod(name, namespace, patch), f"releasing pod {name}")
 
     def _delete_service(self, name: str, namespace: str, preconditions: Any) -> bool:
         from kubernetes.client import V1DeleteOptions

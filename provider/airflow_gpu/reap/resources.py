@@ -28,6 +28,7 @@ from typing import Any
 
 from airflow_gpu.accelerators.batch_job import IDENTITY_TAGS, TRY_TAG
 from airflow_gpu.reap.rules import Resource, TaskTry
+from airflow_gpu.utils.end_hold import END_HOLD
 from airflow_gpu.utils.pod_identity import TASK_ANNOTATION
 from airflow_gpu.utils.training_job import JOB_LABEL
 
@@ -98,14 +99,18 @@ def from_kubernetes(
     metadata, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     labels = metadata.get("labels") or {}
     name, namespace = str(metadata.get("name")), str(metadata.get("namespace"))
-    if MARKER_LABEL not in labels or metadata.get("deletionTimestamp"):
+    deleting = bool(metadata.get("deletionTimestamp"))
+    held = kind == "pod" and END_HOLD in (metadata.get("finalizers") or ())
+    if MARKER_LABEL not in labels or (deleting and not held):
         return None
     if kind == "pod":
         owners = {o.get("kind") for o in metadata.get("ownerReferences") or []}
-        if JOB_LABEL in labels or "Job" in owners or status.get("phase") not in LIVE_POD_PHASES:
+        phase = status.get("phase")
+        if JOB_LABEL in labels or "Job" in owners or (phase not in LIVE_POD_PHASES and not held):
             return None  # a training Job's pod goes with its Job
-        live_status = str(status.get("phase"))
-        adoptable = labels.get(CHECKED_LABEL) != "True"
+        held = held and (deleting or phase not in LIVE_POD_PHASES)  # a live pod is reaped as one
+        live_status = f"{phase}, held ({'being deleted' if deleting else 'ended'})" if held else str(phase)
+        adoptable = labels.get(CHECKED_LABEL) != "True" and (not held or phase == "Succeeded")
     elif kind == "job":
         conditions = {c.get("type") for c in status.get("conditions") or [] if c.get("status") == "True"}
         if conditions & {"Complete", "Failed"}:
@@ -123,7 +128,7 @@ def from_kubernetes(
     grace = spec.get("terminationGracePeriodSeconds") if kind == "pod" else None
     return Resource(
         "kubernetes", kind, name, namespace, task, _time(metadata.get("creationTimestamp")), live_status,
-        adoptable, uid=metadata.get("uid"), grace_seconds=grace,
+        adoptable, uid=metadata.get("uid"), grace_seconds=grace, held=held,
     )  # fmt: skip
 
 

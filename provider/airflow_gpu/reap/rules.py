@@ -62,6 +62,8 @@ class Resource:
 
     ``adoptable``: a later try of the task may take it over (live, not marked checked; a Service never).
     ``grace_seconds``: a pod's ``terminationGracePeriodSeconds``, the operator's ``termination_grace_period``.
+    ``held``: a pod that ended or is being deleted, kept in the API by the provider's finalizer
+    (``utils.end_hold``) for a try to read its end; reaping removes the finalizer.
     """
 
     backend: str  # "kubernetes" or "batch"
@@ -75,6 +77,7 @@ class Resource:
     uid: str | None = None
     grace_seconds: int | None = None
     label: str | None = None  # a Batch job's name, shown beside its id
+    held: bool = False
 
 
 def orphan_reason(

@@ -203,10 +203,28 @@ def _killed_by_deletion(pod: Mapping[str, Any]) -> bool:
     return not known or max(known) >= requested - timedelta(seconds=1)  # timestamps have whole seconds
 
 
+def ended_on_a_deletion_signal(pod: Mapping[str, Any]) -> bool:
+    """A pod being deleted whose profiled container ended on a signal or a spot notice, as the profiler's end in
+    its termination message says (``profiling.termination``): a workload that exits 0 on the deletion's
+    SIGTERM ends ``Succeeded`` (the kubelet's phase for exit codes 0) without having finished. Visible while a
+    finalizer holds the pod (``utils.end_hold``); without the profiler's word the phase stands."""
+    from airflow_gpu.profiling import termination
+
+    if not (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    for _name, kind, state in _container_states(pod):
+        said = kind == "terminated" and state.get("exitCode") == 0  # the profiler writes on exit 0 only
+        end = termination.read(state.get("message")) if said else (None, None)
+        if end[1] is not None and (end[1].get("signals") or end[1].get("spot_notice")):
+            return True
+    return False
+
+
 def completed_before_deletion(pod: Mapping[str, Any] | None, container: str) -> bool:
     """Whether the pod's workload had succeeded before anything deleted or disrupted the pod.
 
-    True for a pod seen ``Succeeded``, and for one whose ``container`` (the base container) had
+    True for a pod seen ``Succeeded`` (unless it ended on a deletion's signal: ``ended_on_a_deletion_signal``),
+    and for one whose ``container`` (the base container) had
     terminated with exit code 0 before the deletion was requested (``deletionTimestamp`` less the
     grace period, as ``_killed_by_deletion``) and before its ``DisruptionTarget`` condition was set:
     a drain, PodGC or a person that deletes a completed pod before the task read its end takes
@@ -218,7 +236,7 @@ def completed_before_deletion(pod: Mapping[str, Any] | None, container: str) -> 
     if pod is None:
         return False
     if (pod.get("status") or {}).get("phase") == "Succeeded":
-        return True
+        return not ended_on_a_deletion_signal(pod)
     ended = [
         state for name, kind, state in _container_states(pod)
         if name == container and kind == "terminated" and state.get("exitCode") == 0
@@ -271,8 +289,16 @@ def classify_pod(pod: Mapping[str, Any] | None) -> Classification:
     phase = status.get("phase")
     pod_reason = status.get("reason")
     pod_message = (status.get("message") or "").strip()
-    if phase == "Succeeded":
+    if phase == "Succeeded" and not ended_on_a_deletion_signal(pod):
         return Classification(Outcome.SUCCEEDED, "Succeeded", exit_code=0)
+    if phase == "Succeeded" and _disruption(pod) is None:
+        return Classification(
+            Outcome.DELETED,
+            "Deleted",
+            "the pod was deleted while it ran and its workload exited 0 on the deletion's signal (the profiler "
+            "saw it): it did not finish",
+            transient=True,
+        )
     own_storage = ephemeral_storage_violation(pod)
     if own_storage is not None:
         return Classification(

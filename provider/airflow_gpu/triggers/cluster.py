@@ -296,9 +296,32 @@ async def annotate(
     await acall(call, f"annotating {kind} {namespace}/{name}", log=LOG)
 
 
-async def delete(connection: ClusterConnection, kind: str, namespace: str, name: str, **options: Any) -> None:
-    """Delete the object (``options``: ``propagation_policy``, ``grace_period_seconds``); gone already is fine."""
+async def release(connection: ClusterConnection, namespace: str, name: str) -> None:
+    """Remove the provider's finalizer from the pod (``utils.end_hold``); gone already is fine. A pod being
+    deleted goes at once."""
     from kubernetes_asyncio.client.exceptions import ApiException
+
+    from airflow_gpu.utils.end_hold import RELEASE_PATCH
+
+    async def call() -> None:
+        async with connection.client() as client:
+            api, _suffix = _api(client, "pods")
+            try:  # a dict body: the async client sends a strategic merge patch
+                await api.patch_namespaced_pod(name, namespace, RELEASE_PATCH)
+            except ApiException as error:
+                if error.status != 404:
+                    raise
+
+    await acall(call, f"releasing pod {namespace}/{name}", log=LOG)
+
+
+async def delete(connection: ClusterConnection, kind: str, namespace: str, name: str, **options: Any) -> None:
+    """Delete the object (``options``: ``propagation_policy``, ``grace_period_seconds``); gone already is fine.
+    A pod's finalizer (``utils.end_hold``) is removed first: the provider is done with a pod it deletes."""
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    if kind == "pods":
+        await release(connection, namespace, name)
 
     async def call() -> None:
         async with connection.client() as client:

@@ -95,7 +95,7 @@ class PodCarryOn:
             return await self._next_pod(replacement, ended, final, last, replacement.delete_ended or pending)
         if payload.get("status") in ("success", "error"):
             return final
-        deleted = trigger._gone is not None
+        deleted = trigger._gone is not None or bool(((last or {}).get("metadata") or {}).get("deletionTimestamp"))
         node = ((last or {}).get("spec") or {}).get("nodeName")
         result = replacement.classify(last, deleted, await trigger._node_stays(node) if deleted else None)
         if not replacement.replaceable(result):
@@ -121,6 +121,8 @@ class PodCarryOn:
         try:
             if delete:
                 await trigger._delete(ended_pod)
+            else:  # kept, read: let go of it (``utils.end_hold``), or a deletion (PodGC's) would wait for ever
+                await _release(trigger, ended_pod)
         except Exception as error:  # the pod is there still: the worker judges it, as any last pod
             trigger.log.warning("Could not delete pod %s (%s: %s)", ended_pod, type(error).__name__, error)
             replacement.run.restore(ended)
@@ -193,6 +195,15 @@ class PodCarryOn:
         trigger.log.info("Pod %s was made by a twin of this trigger on %s; its run state is taken over", name,
                          replacement.run.accelerator)  # fmt: skip
         return True
+
+
+async def _release(trigger: GPUPodTrigger, name: str) -> None:
+    """The provider's finalizer off a pod the run is done with; a failure only leaves it to ``airflow-gpu reap``."""
+    try:
+        await cluster.release(trigger.watch.connection, trigger.pod_namespace, name)
+    except Exception as error:
+        trigger.log.warning("Could not release pod %s (%s: %s); airflow-gpu reap will", name, type(error).__name__,
+                            error)  # fmt: skip
 
 
 def _trigger(mixin: PodCarryOn) -> GPUPodTrigger:

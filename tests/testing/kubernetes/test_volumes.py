@@ -343,17 +343,25 @@ def _terminated(core: client.CoreV1Api, name: str) -> Any:
 
 def test_the_termination_message_file_becomes_the_terminated_state_s_message(core: client.CoreV1Api) -> None:
     """The API server defaults ``terminationMessagePath`` to ``/dev/termination-log`` (policy ``File``); the
-    kubelet mounts an empty file there, writable by any user, and copies its first 4096 bytes into
-    ``state.terminated.message`` (Kubernetes docs, "Determine the Reason for Pod Failure")."""
+    kubelet mounts an empty file there, writable by any user, and copies its last 4096 bytes
+    (``tail.ReadAtMost`` in ``getTerminationMessage``) into ``state.terminated.message``; a pod's messages
+    share 12 KiB, each container keeping the start of its part (``normalizeStatus``)."""
     path = "/dev/termination-log"
     script = f"test -f {path} && test ! -s {path} && printf 'done: 42' > {path}"
     core.create_namespaced_pod("default", pod_manifest("said", ["sh", "-c", script]))
     spec = core.read_namespaced_pod("said", "default").spec.containers[0]
     assert (spec.termination_message_path, spec.termination_message_policy) == ("/dev/termination-log", "File")
     assert _terminated(core, "said").message == "done: 42"
-    long = "python3 -c \"import sys; sys.stdout.write('m' * 5000)\" > /dev/termination-log"
+    long = "python3 -c \"import sys; sys.stdout.write('a' * 1000 + 'b' * 4096)\" > /dev/termination-log"
     core.create_namespaced_pod("default", pod_manifest("long", ["sh", "-c", long]))
-    assert _terminated(core, "long").message == "m" * 4096
+    assert _terminated(core, "long").message == "b" * 4096
+    four = {"metadata": {"name": "four"}, "spec": {"restartPolicy": "Never", "containers": [
+        {"name": f"c{i}", "image": "x", "command": ["sh", "-c", long.replace("'b' * 4096", "'b' * 3000 + 'c' * 1096")]}
+        for i in range(4)]}}  # fmt: skip
+    core.create_namespaced_pod("default", four)
+    wait_for(phase_is(core, "four", "Succeeded", "Failed"))
+    statuses = core.read_namespaced_pod("four", "default").status.container_statuses
+    assert [s.state.terminated.message for s in statuses] == ["b" * 3000 + "c" * 72] * 4  # 12288 / 4 = 3072
 
 
 def test_a_path_of_the_container_s_own_and_the_log_fallback(core: client.CoreV1Api) -> None:

@@ -36,6 +36,7 @@ from airflow_gpu.testing.kubernetes.objects import (
     forbidden,
     invalid,
     name_from_generate_name,
+    not_found,
     validate_metadata,
 )
 from airflow_gpu.testing.kubernetes.selectors import SelectorError, field_matcher, label_matcher
@@ -551,6 +552,8 @@ def _replace(state: ClusterState, resource: Resource, current: Obj, new: Obj, st
             )
             raise invalid(resource.kind, current["metadata"]["name"], [forbidden("metadata.finalizers", detail)])
         state.validate_update(resource.plural, updated, current)
+        if updated["metadata"].get("finalizers") == []:  # ``omitempty``: an empty list is no field
+            del updated["metadata"]["finalizers"]
     current.clear()
     current.update(updated)
     result = state.store.update(resource.plural, current, spec_changed=not status_only)
@@ -673,6 +676,9 @@ async def pod_log(request: web.Request) -> web.StreamResponse:
     if container not in names:
         raise bad_request(f"container {container} is not valid for pod {name}")
     run = state.runs.get((namespace, name))
+    node = pod["spec"].get("nodeName")
+    if run is None and node and state.store.find("nodes", "", node) is None:  # the log went with its node
+        raise not_found("Node", "nodes", node)  # the API server's proxy looks the node up first
     if run is None or (
         not run.containers[container].lines
         and run.containers[container].process is None

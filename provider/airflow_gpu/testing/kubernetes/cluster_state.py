@@ -476,8 +476,11 @@ class ClusterState:
             if run.task is not None:
                 await asyncio.shield(run.task)
             if delete:  # a pod left Failed keeps its logs readable, as on a real node
-                self.runs.pop((namespace, name), None)
                 run.release()
+                node = pod["spec"].get("nodeName")
+                kept = pod["metadata"].get("finalizers") and node and self.store.find("nodes", "", node) is not None
+                if not kept:  # a finalizer keeps the object, and its node its containers' logs, until it goes
+                    self.runs.pop((namespace, name), None)
             if pod["spec"].get("nodeName") and was_running:
                 self.record_event(pod, "Normal", "Killing", f"Stopping container {', '.join(run.names)}", "kubelet")
         pod = self.store.find("pods", namespace, name) or pod
@@ -531,6 +534,7 @@ class ClusterState:
         if metadata.get("deletionGracePeriodSeconds") in (None, 0):
             self.store.remove(*key)
             if plural == "pods":
+                self.runs.pop((key[1], key[2]), None)  # its logs, kept while a finalizer kept it
                 self.schedule_soon()
             elif plural == "services":
                 self.addresses.release(obj)
@@ -842,8 +846,9 @@ class ClusterState:
             *(
                 self.terminate(
                     p["metadata"]["namespace"], p["metadata"]["name"], 0,
-                    disruption=("DeletionByPodGC", "PodGC: node no longer exists"),
-                )
+                    disruption=None if p["status"].get("phase") in ("Succeeded", "Failed")
+                    else ("DeletionByPodGC", "PodGC: node no longer exists"),
+                )  # as ``delete_by_pod_gc``: an ended pod is deleted as it is
                 for p in pods
             )
         )  # fmt: skip

@@ -453,7 +453,7 @@ class PodRun:
         kill_container(run.process.pid)  # PID 1 is gone: so is its container
         await reader
         run.exit_code = 128 - code if code < 0 else code  # killed by signal N -> 128 + N
-        message = termination_message(run)
+        message = termination_message(run, MAX_POD_MESSAGE_BYTES // len(self.containers))
         return self._terminated(run, run.exit_code, "Completed" if run.exit_code == 0 else "Error", message)
 
     async def _simulate(self, run: ContainerRun, script: Simulation) -> dict[str, Any]:
@@ -516,21 +516,24 @@ class PodRun:
 MAX_MESSAGE_BYTES = 4096
 MAX_FALLBACK_BYTES = 2048
 MAX_FALLBACK_LINES = 80
+#: All of a pod's messages together (``normalizeStatus``): each container keeps the start of its share.
+MAX_POD_MESSAGE_BYTES = 12 * 1024
 
 
-def termination_message(run: ContainerRun) -> str | None:
-    """The ended container's ``terminated.message``, as the kubelet reads it: the file at its
-    ``terminationMessagePath`` (its first 4096 bytes); with ``FallbackToLogsOnError``, a failed container's
-    log tail when the file is empty. None without a message (a container run as a plain host process
-    has no file: no mount namespace to put it in)."""
-    text = ""
+def termination_message(run: ContainerRun, share: int = MAX_POD_MESSAGE_BYTES) -> str | None:
+    """The ended container's ``terminated.message``, as the kubelet makes it: the last 4096 bytes of the file
+    at its ``terminationMessagePath`` (``tail.ReadAtMost``); with ``FallbackToLogsOnError``, a failed
+    container's log tail when the file is empty; then cut to the container's ``share`` of the pod's 12 KiB,
+    keeping its start (``normalizeStatus``). None without a message (a container run as a plain host
+    process has no file: no mount namespace to put it in)."""
+    data = b""
     if run.termination_file is not None:
-        with contextlib.suppress(OSError), Path(run.termination_file).open("rb") as file:
-            text = file.read(MAX_MESSAGE_BYTES).decode("utf-8", "replace")
-    if not text and run.message_policy == "FallbackToLogsOnError" and run.exit_code:
+        with contextlib.suppress(OSError):
+            data = Path(run.termination_file).read_bytes()[-MAX_MESSAGE_BYTES:]
+    if not data and run.message_policy == "FallbackToLogsOnError" and run.exit_code:
         tail = "".join(line + "\n" for _, line in run.lines[-MAX_FALLBACK_LINES:])  # as the log file has them
-        text = tail.encode()[-MAX_FALLBACK_BYTES:].decode("utf-8", "ignore")
-    return text or None
+        data = tail.encode()[-MAX_FALLBACK_BYTES:]
+    return data[:share].decode("utf-8", "replace") or None
 
 
 def container_status(
