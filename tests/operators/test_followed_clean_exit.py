@@ -126,3 +126,32 @@ def test_a_message_the_profiler_did_not_end_says_nothing() -> None:
     manager.saw(ended(RESULT))  # the workload's own message, no end line: not the entrypoint's
     assert not manager.followed_output("base").result_found
     assert not manager.followed_clean_exit("base")
+
+
+class RefusingPatches:
+    """A ``CoreV1Api`` whose Role has no ``patch`` on pods (a fake at the boundary the manager calls through)."""
+
+    def __init__(self) -> None:
+        self.deleted: list[str] = []
+
+    def delete_namespaced_pod(self, name: str, namespace: str, **kwargs: Any) -> None:
+        self.deleted.append(name)
+
+    def patch_namespaced_pod(self, name: str, namespace: str, body: Any, **kwargs: Any) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        raise ApiException(status=403, reason="Forbidden")
+
+
+def test_a_release_that_is_refused_never_costs_the_delete(capfd: pytest.CaptureFixture[str]) -> None:
+    """The provider's finalizer is removed after the delete (``utils.end_hold``): an older Role without ``patch``
+    on pods loses the hold, never the delete of a running GPU pod."""
+    from kubernetes.client import models as k8s
+
+    client = RefusingPatches()
+    manager = RetryingPodManager(kube_client=client)
+    pod = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name="train", namespace="gpu", finalizers=["airflow-gpu/end-unread"]))
+    manager.delete_pod(pod)
+    assert client.deleted == ["train"]
+    said = capfd.readouterr()
+    assert "Could not release pod gpu/train (ApiException" in said.out + said.err

@@ -20,6 +20,7 @@ from airflow_gpu.operators.kubernetes import GPUKubernetesOperator
 from airflow_gpu.operators.success_mark import SUCCESS_KEY
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 from airflow_gpu.testing.polling import wait_for
+from airflow_gpu.utils.end_hold import END_HOLD
 from airflow_gpu.utils.results import INTERRUPTIONS_XCOM_KEY
 from tests.operators.task_context import Store, Ti
 
@@ -194,3 +195,33 @@ def test_a_pod_that_succeeds_while_the_retry_looks_for_it_is_read_not_run_again(
     retry = context(store, 2)
     assert operator(kubernetes_emulator, held).execute(retry) == {"loss": 0.5}
     assert pods_ever(kubernetes_emulator) == 1  # read, not run again
+
+
+def test_a_retry_that_takes_over_a_recorded_success_lets_go_of_the_pod_the_dead_try_left(
+    kubernetes_emulator: KubernetesEmulator,
+) -> None:
+    """Try 1 recorded its pod's success and died before KPO's cleanup deleted the pod: the pod stays, with the
+    provider's finalizer (``utils.end_hold``). The retry that takes the success over deletes it, as that
+    cleanup would have, and lets it go; before, it stayed, and a deletion of it waited for the reaper."""
+    store = Store()
+    first = operator(kubernetes_emulator)
+
+    def killed(*args: Any, **kwargs: Any) -> Any:
+        raise SystemExit(-9)
+
+    first.process_pod_deletion = killed  # type: ignore[method-assign]
+    with pytest.raises(SystemExit):
+        first.execute(context(store, 1))
+    core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubernetes_emulator.kubeconfig_path)))
+    [left] = core.list_namespaced_pod("default").items
+    assert left.metadata.finalizers == [END_HOLD] and store[SUCCESS_KEY]["try_number"] == 1
+    assert operator(kubernetes_emulator).execute(context(store, 2)) == {"loss": 0.5}
+    wait_for(lambda: core.list_namespaced_pod("default").items == [], 30, "the pod deleted and let go of")
+    assert pods_ever(kubernetes_emulator) == 1
+
+
+def test_keep_until_read_off_makes_pods_as_kpo_does(kubernetes_emulator: KubernetesEmulator) -> None:
+    context_: Any = {"ti": Ti(), "run_id": "manual__1", "dag": None}
+    held = operator(kubernetes_emulator).build_pod_request_obj(context_, dry_run=True)
+    plain = operator(kubernetes_emulator, keep_until_read=False).build_pod_request_obj(context_, dry_run=True)
+    assert held.metadata.finalizers == [END_HOLD] and not plain.metadata.finalizers

@@ -289,3 +289,32 @@ def test_a_main_machine_whose_log_went_with_its_node_gives_its_result_from_its_t
     del main["status"]["containerStatuses"][0]["state"]["terminated"]["message"]
     output, unread = run._read_main_log(main)
     assert output is None and unread is not None and "404" in unread
+
+
+def test_a_deferred_training_whose_main_pod_went_with_its_node_reads_the_pod_its_trigger_saw() -> None:
+    """The soak (seed 463621002: 4 deferred trainings without a result): the main machine's pod succeeded and
+    was deleted with its node before the task resumed, so the worker's listing no longer had it ("the main
+    machine's pod was never seen"). The trigger's event carries it as the watch saw it last, with the
+    termination message that holds the result. ``jobs`` is a fake at the boundary: the listing, empty."""
+    from airflow_gpu.operators.training_job_deferral import ended_job
+    from airflow_gpu.spot.classifier import Classification, Outcome
+    from airflow_gpu.spot.training_job import to_json
+    from airflow_gpu.triggers.training_job import MAIN_SEEN_KEY
+
+    class Gone:
+        def pods(self, name: str) -> dict[str, Any]:
+            return {}
+
+    op = training()
+    run = op._make_runner(op.launch)
+    assert isinstance(run, IndexedJobTraining)
+    end = f'{RESULT}\n::airflow-gpu-end::{{"exit_code": 0, "signals": [], "spot_notice": null, "result": "kept"}}'
+    main = {"metadata": {"name": "train-x-0-abcde", "labels": {INDEX: "0"}}, "status": {"containerStatuses": [
+        {"name": run.op.base_container_name, "state": {"terminated": {"exitCode": 0, "message": end}}}]}}  # fmt: skip
+    event = {"status": "success", "job": "train-x", "result": to_json(Classification(Outcome.SUCCEEDED, "Succeeded")),
+             MAIN_SEEN_KEY: main}  # fmt: skip
+    _, ended = ended_job(run.op, Gone(), event, LOG)  # type: ignore[arg-type]
+    assert ended is not None and ended.pods.main() == main
+    run.op.__dict__["client"] = LostNodeClient()
+    output, unread = run._read_main_log(ended.pods.main())
+    assert unread is None and output.result == {"loss": 0.25}

@@ -202,3 +202,37 @@ def test_a_try_that_took_over_an_earlier_try_s_job_may_record_the_reclaims_on_it
     assert not invariants.interruptions({second: 2}, on_first, {}).ok  # one more than any try's reclaims
     later = [Fault(1, 1.0, "k8s_reclaim_running", key=(*KEY[:4], 3))]  # a later try's reclaim is not try 2's
     assert not invariants.interruptions({second: 1}, later, {}).ok
+
+
+def test_an_ended_pod_still_held_is_the_reaper_s_to_let_go_not_a_live_orphan() -> None:
+    """``airflow-gpu reap`` lists a pod the provider's finalizer still holds once it ended (its try died before
+    it let go): nothing runs there, so it is reported, not a violation; a live orphan still is one."""
+    import json
+
+    held = {"name": "shard-1", "status": "Succeeded, held (being deleted)"}
+    live = {"name": "shard-2", "status": "Running"}
+    only_held = json.dumps({"orphans": [held]})
+    assert invariants.held_by_reap(only_held) == ["shard-1"]
+    assert invariants.no_orphans([], only_held, 1).ok
+    both = json.dumps({"orphans": [held, live]})
+    verdict = invariants.no_orphans([], both, 2)
+    assert not verdict.ok and "1 live orphan(s)" in verdict.violations[0]
+    assert invariants.held_by_reap("reap exited 2: ...") == []
+    assert not invariants.no_orphans([], "reap exited 2: ...", -1).ok  # a reap that failed is no pass
+
+
+def test_a_judged_training_job_and_its_service_are_not_live() -> None:
+    """A kill keeps a Job its controller judged for the task that reads it (``kill_spare``): it and its Service
+    hold nothing more. One not judged stays live until its deletion."""
+    from airflow_gpu.testing.soak.observer import Observer
+
+    observer = Observer.__new__(Observer)  # the bookkeeping only: no emulator to follow here
+    observer.objects, observer.lock, observer.stop = {}, __import__("threading").Lock(), __import__("threading").Event()
+    marks = {"labels": {"airflow-gpu/accelerator": "h100", "airflow-gpu/training-job": "train-a"}}
+    for kind, uid in (("job", "j"), ("service", "s")):
+        observer._on_object(kind, "ADDED", {"metadata": {"name": "train-a", "uid": uid, **marks}}, uid, 1.0)
+    assert len(observer.live_objects()) == 2
+    done = {"metadata": {"name": "train-a", "uid": "j", **marks},
+            "status": {"conditions": [{"type": "Complete", "status": "True"}]}}  # fmt: skip
+    observer._on_object("job", "MODIFIED", done, "j", 2.0)
+    assert observer.live_objects() == []

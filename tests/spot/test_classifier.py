@@ -7,6 +7,7 @@ official cncf-kubernetes provider's tests (``apache/airflow``).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from airflow_gpu.spot.classifier import (
     classify_pod,
     completed_before_deletion,
     disrupted_by,
+    ended_on_a_deletion_signal,
 )
 from airflow_gpu.spot.policy import Placement, SpotPolicy, next_step
 
@@ -634,3 +636,52 @@ def test_a_node_being_taken_away_is_not_there_to_stay() -> None:
     autoscaler = {"key": "ToBeDeletedByClusterAutoscaler", "value": "1700000000", "effect": "NoSchedule"}
     assert not node_stays({"spec": {"taints": [autoscaler]}, **ready})
     assert not node_stays({"spec": {}, "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}})
+
+
+def stopped_pod(end: dict[str, Any] | None, *, deleting: bool = True, disrupted_at: str | None = None,
+                finished_at: str = "2026-11-27T04:00:10Z") -> dict[str, Any]:  # fmt: skip
+    """A ``Succeeded`` pod as the provider's finalizer keeps it: its base container's termination message holds
+    the profiler's end line (``end``; None: no message, unprofiled)."""
+    terminated: dict[str, Any] = {"exitCode": 0, "reason": "Completed", "finishedAt": finished_at}
+    if end is not None:
+        terminated["message"] = "::airflow-gpu-result::1\n::airflow-gpu-end::" + json.dumps(end)
+    pod: dict[str, Any] = {
+        "metadata": {"name": "p", **({"deletionTimestamp": "2026-11-27T04:00:11Z"} if deleting else {})},
+        "status": {"phase": "Succeeded", "containerStatuses": [{"name": "base", "state": {"terminated": terminated}}],
+                   "conditions": []},
+    }  # fmt: skip
+    if disrupted_at:
+        pod["status"]["conditions"].append({"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC",
+                                            "lastTransitionTime": disrupted_at})  # fmt: skip
+    return pod
+
+
+END = {"exit_code": 0, "signals": [], "spot_notice": None, "result": "kept"}
+
+
+@pytest.mark.parametrize(
+    ("pod", "stopped"),
+    [
+        (stopped_pod(END), False),  # finished, then deleted (PodGC of a completed pod)
+        (stopped_pod({**END, "signals": ["SIGTERM"]}), True),  # exited 0 on the deletion's SIGTERM
+        (stopped_pod({**END, "signals": ["SIGINT"]}), True),  # an image whose STOPSIGNAL is SIGINT
+        (stopped_pod({**END, "signals": ["SIGHUP", "SIGUSR1"]}), False),  # the workload's own signals
+        (stopped_pod({**END, "spot_notice": "2026-11-27T04:00:05Z"}), True),  # may have stopped early on it
+        (stopped_pod({**END, "signals": ["SIGTERM"]}, deleting=False), False),  # not being deleted: the phase
+        (stopped_pod(None), False),  # unprofiled: a deletion cannot be told from a finish, the phase stands
+        (stopped_pod(None, disrupted_at="2026-11-27T04:00:10Z"), False),  # nor a drain in the same second
+        (stopped_pod({**END, "signals": ["SIGTERM"]}, deleting=False, disrupted_at="2026-11-27T04:00:09Z"), True),
+    ],
+)
+def test_a_succeeded_pod_is_a_success_unless_it_was_stopped(pod: dict[str, Any], stopped: bool) -> None:
+    """``ended_on_a_deletion_signal``, and what ``classify_pod`` makes of it."""
+    assert ended_on_a_deletion_signal(pod) is stopped
+    assert (classify_pod(pod).outcome is Outcome.SUCCEEDED) is not stopped
+
+
+def test_an_end_line_in_a_failed_container_s_message_is_not_the_profiler_s() -> None:
+    """With ``FallbackToLogsOnError`` a failed container's message is its log's tail: a line printed there is
+    not the profiler's (it writes on exit 0 only), so it tells nothing either way."""
+    pod = stopped_pod({**END, "signals": ["SIGTERM"]})
+    pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] = 1
+    assert not ended_on_a_deletion_signal(pod)

@@ -88,6 +88,8 @@ class GPUKubernetesOperator(UnreadSuccessKept, PodsReleased, PodDeferral, Kubern
         the image; an image without ``/bin/sh`` starts it with python3 alone, one without python3
         runs unprofiled (``kubernetes_profiler``).
     :param profile_interval: seconds between samples (0.05 to 60).
+    :param keep_until_read: the finalizer ``airflow-gpu/end-unread`` keeps a deleted pod in the API until the
+        task has read how it ended (``utils.end_hold``); False makes pods without it, as KPO does.
 
     Any ``KubernetesPodOperator`` argument works too. ``container_resources``, ``tolerations``,
     ``affinity``, ``volumes`` and ``volume_mounts`` add to the GPU ones, winning where both set the
@@ -112,11 +114,12 @@ class GPUKubernetesOperator(UnreadSuccessKept, PodsReleased, PodDeferral, Kubern
         driver_version: str | None = None,
         gpu_profile: bool | None = None,
         profile_interval: float = 1.0,
+        keep_until_read: bool = True,
         **kwargs: Any,
     ) -> None:
         self.candidates = parse_candidates(accelerator)
         self.gpu_profile = profiled_by_default(self.candidates) if gpu_profile is None else bool(gpu_profile)
-        self.profile_interval = check_interval(profile_interval)
+        self.profile_interval, self.keep_until_read = check_interval(profile_interval), bool(keep_until_read)
         if capacity is not None and capacity not in CAPACITIES:
             raise AcceleratorSpecError("capacity", capacity, "unknown capacity type", CAPACITIES)
         self.spot = spot if isinstance(spot, SpotPolicy) else SpotPolicy(**(spot or {}))
@@ -276,7 +279,8 @@ class GPUKubernetesOperator(UnreadSuccessKept, PodsReleased, PodDeferral, Kubern
                 self._record_success(context)  # before KPO deletes the pod: a retry finds the success
         finally:
             super().cleanup(pod, remote_pod, xcom_result, context)
-        if (ended := self._outcome) is not None and ended.outcome is Outcome.DELETED:  # Succeeded on the signal
+        phase = ((self._ended or {}).get("status") or {}).get("phase")  # KPO fails any other; a Succeeded one:
+        if (ended := self._outcome) is not None and ended.outcome is Outcome.DELETED and phase == "Succeeded":
             raise AirflowException(f"the pod was deleted while it ran and ended on the deletion ({ended.message})")
 
     def _record_success(self, context: Context | None) -> None:

@@ -89,7 +89,7 @@ def dress(op: GPUKubernetesOperator, pod: k8s.V1Pod, context: Context | None) ->
     if context is not None:  # the try's exact identity: ``airflow-gpu reap`` asks Airflow about it
         annotations[TASK_ANNOTATION] = task_annotation(context["ti"])
     pod.metadata.annotations = annotations
-    if END_HOLD not in (pod.metadata.finalizers or []):  # kept in the API until its end is read (``end_hold``)
+    if op.keep_until_read and END_HOLD not in (pod.metadata.finalizers or []):  # kept until read (``end_hold``)
         pod.metadata.finalizers = [*(pod.metadata.finalizers or []), END_HOLD]
     return pod
 

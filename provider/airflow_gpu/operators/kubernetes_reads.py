@@ -42,8 +42,8 @@ from airflow_gpu.spot.classifier import (
 from airflow_gpu.spot.node_access import say_nodes_unreadable
 from airflow_gpu.spot.start_failure import missing_program
 from airflow_gpu.triggers.pod_replacement import same_task_try
+from airflow_gpu.utils import end_hold
 from airflow_gpu.utils.api_retry import call
-from airflow_gpu.utils.end_hold import released
 from airflow_gpu.utils.kubernetes import to_dict
 from airflow_gpu.utils.results import RESULT_MARKER, WorkloadOutput, read_output
 from airflow_gpu.utils.termination_message import terminated_message
@@ -143,10 +143,11 @@ class RetryingPodManager(PodManager):
         return created
 
     def delete_pod(self, pod: k8s.V1Pod) -> None:
-        """KPO's delete, the provider's finalizer removed first (``end_hold``): the pod goes when its containers
-        have stopped, as without it."""
-        released(self._client, pod, self.log)
+        """KPO's delete, then the provider's finalizer removed (``end_hold``): the pod goes when its containers
+        have stopped, as without it. A release that fails (an older Role without ``patch``) costs the hold only:
+        the delete came first, and ``airflow-gpu reap`` releases what is left."""
         call(lambda: _unwrapped(PodManager.delete_pod)(self, pod), f"deleting pod {_name(pod)}", log=self.log)
+        end_hold.release_quietly(self._client, pod.metadata.name, pod.metadata.namespace, self.log)
 
     _starting = False  # within ``await_pod_start``
 
@@ -266,10 +267,10 @@ class ClusterReads:
     def delete_and_wait(self, pod: k8s.V1Pod) -> None:
         """Delete the pod now and wait (a minute at most) until it is gone: a pending pod must not start later."""
         with contextlib.suppress(ApiException):
-            released(self.client, pod, LOG)
             call(lambda: self.client.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
                                                            grace_period_seconds=0),
                  f"deleting pod {_name(pod)}", log=LOG)  # fmt: skip
+        end_hold.release_quietly(self.client, pod.metadata.name, pod.metadata.namespace, LOG)  # ``pod`` may be bare
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and self.pod(pod) is not None:
             time.sleep(0.5)

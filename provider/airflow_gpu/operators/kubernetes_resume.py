@@ -100,8 +100,7 @@ class PodDeferral:
         ended = self._pod(event["name"], event["namespace"])
         if ended.status is not None:  # read: it is there to mark, and to let go of
             op.patch_already_checked(ended, reraise=False)
-            with contextlib.suppress(ApiException):
-                end_hold.released(op.client, ended, op.log)
+            end_hold.release_quietly(op.client, ended.metadata.name, ended.metadata.namespace, op.log)
         for hook in ("on_pod_completion", "on_pod_teardown", "on_pod_cleanup"):  # KPO's, for a pod it replaces
             self._call_back(hook, context, pod=ended)
         publish(context, op.spot_run, None)
@@ -252,8 +251,8 @@ class PodDeferral:
     def _delete(self, name: str, namespace: str) -> None:
         op = _operator(self)
         with contextlib.suppress(ApiException):
-            end_hold.release(op.client, name, namespace, op.log)
             op.client.delete_namespaced_pod(name, namespace, grace_period_seconds=op.termination_grace_period)
+        end_hold.release_quietly(op.client, name, namespace, op.log)
 
     def _replay_trigger_pods(
         self, context: Context, event: Mapping[str, Any], deferred: Mapping[str, Any] | None

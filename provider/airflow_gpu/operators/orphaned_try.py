@@ -41,6 +41,6 @@ def settle(op: Any, pod: Any, taken_over: bool) -> None:
     if pod is None or taken_over:
         return
     with contextlib.suppress(Exception):
-        end_hold.release(op.client, pod.metadata.name, pod.metadata.namespace, op.log)
         op.client.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
                                         grace_period_seconds=op.termination_grace_period)  # fmt: skip
+    end_hold.release_quietly(op.client, pod.metadata.name, pod.metadata.namespace, op.log)

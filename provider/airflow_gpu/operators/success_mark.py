@@ -24,9 +24,10 @@ JSON records nothing: it fails, and its retry runs the workload again as before.
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
-from airflow_gpu.utils import task_state
+from airflow_gpu.utils import end_hold, task_state
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -85,4 +86,14 @@ def take_over(op: Any, context: Context, mark: dict[str, Any]) -> Any:
         op.log.warning("The recorded run state is not usable (%s); its interruptions are not published", ignored)
     op._logged_result = mark.get("result")
     op._unread = f"try {earlier} read it, and its worker ended before the task did; its GPU profile went with it"
+    if pod:  # read: deleted as that try's cleanup would have, and let go of (``utils.end_hold``)
+        _settle(op, str(pod))
     return op._succeed(context, None)
+
+
+def _settle(op: Any, name: str) -> None:
+    namespace = op.namespace or op.hook.get_namespace() or "default"
+    if op.on_finish_action in ("delete_pod", "delete_succeeded_pod"):
+        with contextlib.suppress(Exception):  # gone already, most likely
+            op.client.delete_namespaced_pod(name, namespace, grace_period_seconds=op.termination_grace_period)
+    end_hold.release_quietly(op.client, name, namespace, op.log)

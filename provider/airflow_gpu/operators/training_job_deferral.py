@@ -106,8 +106,13 @@ def ended_job(
     op.spot_run.submitted(name)
     if event.get("status") not in ("success", "failed") or "result" not in event:
         return name, None
+    from airflow_gpu.triggers.training_job import MAIN_SEEN_KEY
+
     pods = JobPods()
     pods.listed(jobs.pods(name))  # the main machine's pod, for its result and profile
+    if pods.main() is None and isinstance(seen := event.get(MAIN_SEEN_KEY), dict):
+        name_seen = str((seen.get("metadata") or {}).get("name"))
+        pods.record(name_seen, seen, deleted=True)  # gone since (its node reclaimed): as the trigger saw it last
     return name, JobEnd(from_json(event["result"]), event.get("culprit"), pods)
 
 

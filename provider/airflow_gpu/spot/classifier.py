@@ -203,20 +203,29 @@ def _killed_by_deletion(pod: Mapping[str, Any]) -> bool:
     return not known or max(known) >= requested - timedelta(seconds=1)  # timestamps have whole seconds
 
 
+#: The signals a container runtime stops a container with (the kubelet's SIGTERM, an image's STOPSIGNAL of SIGINT).
+STOP_SIGNALS = frozenset({"SIGTERM", "SIGINT"})
+
+
 def ended_on_a_deletion_signal(pod: Mapping[str, Any]) -> bool:
-    """A pod being deleted whose profiled container ended on a signal or a spot notice, as the profiler's end in
-    its termination message says (``profiling.termination``): a workload that exits 0 on the deletion's
-    SIGTERM ends ``Succeeded`` (the kubelet's phase for exit codes 0) without having finished. Visible while a
-    finalizer holds the pod (``utils.end_hold``); without the profiler's word the phase stands."""
+    """A pod being deleted or disrupted whose workload exited 0 because it was stopped: a workload that exits 0
+    on the deletion's SIGTERM ends ``Succeeded`` (the kubelet's phase for exit codes 0) without having finished.
+    Visible while a finalizer holds the pod (``utils.end_hold``).
+
+    The profiler's end in a container's termination message (``profiling.termination``) decides: a stop
+    signal, or a spot notice (a workload may stop early on the notice file), is a stop; neither is a finish,
+    whatever came after (PodGC deleting the completed pod). Without the profiler's word the phase stands, as
+    documented: the timestamps cannot tell (the kubelet's final delete moves ``deletionTimestamp`` to the
+    end, and a drain right after a finish dates its ``DisruptionTarget`` within the same second)."""
     from airflow_gpu.profiling import termination
 
-    if not (pod.get("metadata") or {}).get("deletionTimestamp"):
+    metadata = pod.get("metadata") or {}
+    if not metadata.get("deletionTimestamp") and _disruption(pod) is None:
         return False
     for _name, kind, state in _container_states(pod):
-        said = kind == "terminated" and state.get("exitCode") == 0  # the profiler writes on exit 0 only
-        end = termination.read(state.get("message")) if said else (None, None)
-        if end[1] is not None and (end[1].get("signals") or end[1].get("spot_notice")):
-            return True
+        end = termination.read(state.get("message"))[1] if kind == "terminated" and state.get("exitCode") == 0 else None
+        if end is not None:  # the profiler writes on exit 0 only
+            return bool(STOP_SIGNALS & set(end.get("signals") or ())) or bool(end.get("spot_notice"))
     return False
 
 

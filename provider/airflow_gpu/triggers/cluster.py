@@ -298,7 +298,7 @@ async def annotate(
 
 async def release(connection: ClusterConnection, namespace: str, name: str) -> None:
     """Remove the provider's finalizer from the pod (``utils.end_hold``); gone already is fine. A pod being
-    deleted goes at once."""
+    deleted goes once its grace period is over."""
     from kubernetes_asyncio.client.exceptions import ApiException
 
     from airflow_gpu.utils.end_hold import RELEASE_PATCH
@@ -317,11 +317,9 @@ async def release(connection: ClusterConnection, namespace: str, name: str) -> N
 
 async def delete(connection: ClusterConnection, kind: str, namespace: str, name: str, **options: Any) -> None:
     """Delete the object (``options``: ``propagation_policy``, ``grace_period_seconds``); gone already is fine.
-    A pod's finalizer (``utils.end_hold``) is removed first: the provider is done with a pod it deletes."""
+    A pod's finalizer (``utils.end_hold``) is removed next: the provider is done with a pod it deletes. A
+    release that fails costs the hold only (the delete came first); ``airflow-gpu reap`` releases the pod."""
     from kubernetes_asyncio.client.exceptions import ApiException
-
-    if kind == "pods":
-        await release(connection, namespace, name)
 
     async def call() -> None:
         async with connection.client() as client:
@@ -333,6 +331,12 @@ async def delete(connection: ClusterConnection, kind: str, namespace: str, name:
                     raise
 
     await acall(call, f"deleting {kind} {namespace}/{name}", log=LOG)
+    if kind == "pods":
+        try:
+            await release(connection, namespace, name)
+        except Exception as error:
+            LOG.warning("Could not release pod %s/%s (%s: %s); airflow-gpu reap will", namespace, name,
+                        type(error).__name__, error)  # fmt: skip
 
 
 async def list_objects(

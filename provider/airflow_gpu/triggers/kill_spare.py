@@ -34,6 +34,17 @@ async def read(trigger: Any, kind: str, namespace: str, name: str) -> dict[str, 
         return {}
 
 
+async def release(trigger: Any, name: str) -> None:
+    """The provider's finalizer off an ended pod the kill keeps (``utils.end_hold``): a resumed copy of the task
+    reads it at once if there is one; after a person's Mark Failed nothing will, and a deletion of it (PodGC's,
+    a drain's) would wait for ``airflow-gpu reap``. A failure leaves it to the reaper."""
+    try:
+        await cluster.release(trigger.connection, trigger.pod_namespace, name)
+    except Exception as error:
+        trigger.log.warning("Could not release pod %s/%s (%s: %s); airflow-gpu reap will", trigger.pod_namespace,
+                            name, type(error).__name__, error)  # fmt: skip
+
+
 def pod_ended(pod: dict[str, Any], container: str) -> bool:
     """Whether the pod's workload has ended: Succeeded or Failed, or its base ``container`` terminated."""
     if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):

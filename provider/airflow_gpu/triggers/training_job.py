@@ -67,6 +67,10 @@ from airflow_gpu.triggers.resume_dwell import dwell
 from airflow_gpu.triggers.training_job_kill import TrainingJobKill
 from airflow_gpu.utils.training_job import DELETE_WAIT_SECONDS, JOB_LABEL, job_name, newest, saved_state
 
+#: The event key of the main machine's pod as the watch last saw it (``slim``): a pod deleted with its node
+#: before the task resumes is gone from the worker's list, and its termination message with it.
+MAIN_SEEN_KEY = "gpu_main_pod_seen"
+
 
 class GPUTrainingJobTrigger(TrainingJobKill, BaseTrigger):
     """Waits for a training Job; carries the spot run on through its replacements.
@@ -188,6 +192,7 @@ class GPUTrainingJobTrigger(TrainingJobKill, BaseTrigger):
                 "job": job, "namespace": self.namespace, STATE_KEY: snapshot, "result": to_json(end.result),
                 "culprit": end.culprit, "main_pod": main["metadata"]["name"] if main else None,
                 "message": f"{end.result.reason}: {end.result.message}".rstrip(": "),
+                MAIN_SEEN_KEY: main,  # as the watch last saw it: gone with its node, its status holds the result
             }  # fmt: skip
 
     async def _resume_point(self, replacement: JobReplacement) -> str:

@@ -32,8 +32,8 @@ from typing import Any
 END_HOLD = "airflow-gpu/end-unread"
 #: The strategic merge patch that removes it and nothing else (``ObjectMeta.finalizers`` merges as a set).
 RELEASE_PATCH: dict[str, Any] = {"metadata": {"$deleteFromPrimitiveList/finalizers": [END_HOLD]}}
-#: Named, not left to the sync ``kubernetes`` client, which sends a dict body as the first type it lists
-#: (``application/json-patch+json``), refused by an API server for an object.
+#: Named, not left to the sync ``kubernetes`` client's choice (it picks JSON patch for the content type, then
+#: its REST layer swaps in a strategic merge for a dict body): the patch says what it is.
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 
 
@@ -46,7 +46,8 @@ def held(pod: Any) -> bool:
 
 def release(client: Any, name: str, namespace: str, log: Any) -> None:
     """Remove the finalizer through the sync client (``CoreV1Api``), asked again as ``api_retry`` does; a pod
-    gone already is fine. A pod being deleted goes at once."""
+    gone already is fine. A pod being deleted goes once its grace period is over (at once after the
+    kubelet's final delete)."""
     from kubernetes.client.exceptions import ApiException
 
     from airflow_gpu.utils.api_retry import call
@@ -63,3 +64,13 @@ def released(client: Any, pod: Any, log: Any) -> None:
     """``release`` for a ``V1Pod`` that carries the finalizer as last read; nothing for one that does not."""
     if pod is not None and held(pod):
         release(client, pod.metadata.name, pod.metadata.namespace, log)
+
+
+def release_quietly(client: Any, name: str, namespace: str, log: Any) -> None:
+    """``release``, where a failure costs only the hold (the pod was deleted or left first): a warning that
+    ``airflow-gpu reap`` lets it go."""
+    try:
+        release(client, name, namespace, log)
+    except Exception as error:
+        log.warning("Could not release pod %s/%s (%s: %s); airflow-gpu reap will", namespace, name,
+                    type(error).__name__, error)  # fmt: skip

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_gpu.accelerators.batch_job import TRY_TAG
+from airflow_gpu.spot.training_job import judged
 from airflow_gpu.utils.pod_identity import TASK_ANNOTATION
 from airflow_gpu.utils.training_job import JOB_LABEL
 
@@ -105,7 +106,7 @@ class Observer:
         now = time.time()
         uid = str(metadata.get("uid"))
         if plural != "pods":
-            self._on_object(plural[:-1], event, metadata, uid, now)
+            self._on_object(plural[:-1], event, obj, uid, now)
             return
         with self.lock:
             pod = self.pods.get(uid)
@@ -129,13 +130,18 @@ class Observer:
             if gone and pod.deleted is None:
                 pod.deleted = now
 
-    def _on_object(self, kind: str, event: str, metadata: dict[str, Any], uid: str, now: float) -> None:
-        """A training's Job or Service: live from its creation until its deletion is requested."""
+    def _on_object(self, kind: str, event: str, obj: dict[str, Any], uid: str, now: float) -> None:
+        """A training's Job or Service: live from its creation until its deletion is requested. A Job its
+        controller judged (``Complete`` or ``Failed``) holds nothing more, nor does its Service: a kill keeps
+        such a Job for the task that reads it (``kill_spare``), and ``ttlSecondsAfterFinished`` removes it."""
+        metadata = obj.get("metadata") or {}
         with self.lock:
             seen = self.objects.get(uid)
             if seen is None:
                 seen = self.objects[uid] = Workload(kind, str(metadata.get("name")), pod_key(metadata), now)
                 seen.group = (metadata.get("labels") or {}).get(JOB_LABEL)
+            if kind == "job" and judged(obj) and seen.outcome is None:
+                seen.outcome = "judged"
             if (event == "DELETED" or metadata.get("deletionTimestamp")) and seen.ended is None:
                 seen.ended = seen.deleted = now
                 seen.outcome = "deleted"
@@ -203,8 +209,10 @@ class Observer:
             return list(self.objects.values())
 
     def live_objects(self) -> list[Workload]:
+        """Jobs and Services not deleted, less a judged Job and its Service (``_on_object``)."""
         with self.lock:
-            return [o for o in self.objects.values() if o.ended is None]
+            judged_groups = {o.group for o in self.objects.values() if o.backend == "job" and o.outcome == "judged"}
+            return [o for o in self.objects.values() if o.ended is None and o.group not in judged_groups]
 
     def unread_successes(self, within: float) -> list[Workload]:
         """Pods that ended ``Succeeded`` in the last ``within`` seconds and that their task has not

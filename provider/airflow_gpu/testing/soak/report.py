@@ -62,6 +62,9 @@ def text(report: dict[str, Any], verdicts: Sequence[Verdict]) -> str:
     lines.append(f"API requests: Kubernetes {report['k8s_requests']}, Batch {report['batch_requests']}")
     lines.append(f"supervisor restarts (parts that exited on their own): {report['supervisor_restarts']}")
     lines.append(f"forced orphan found by airflow-gpu reap: {report['forced_orphan_found']}")
+    held = report.get("held_released_by_reap") or []
+    lines.append(f"ended pods still held by the provider's finalizer, let go by airflow-gpu reap: {len(held)}"
+                 + (f" ({', '.join(held)})" if held else ""))  # fmt: skip
     lines.append("invariants:")
     for v in verdicts:
         lines.append(f"  {'ok ' if v.ok else 'BAD'} {v.name}: {v.checked} checked, {len(v.violations)} violation(s)")

@@ -262,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
             "batch_requests": soak.batch_requests.total + soak.batch_faulted,
             "supervisor_restarts": len(supervisor.restarts),
             "forced_orphan_found": forced_ok,
+            "held_released_by_reap": invariants.held_by_reap(reap_output),
             "bound_seconds": bound,
         }
         report = summary(seed, replay, faults, verdicts, figures)
