@@ -109,18 +109,24 @@ def test_a_pod_drained_after_it_succeeded_is_a_success_not_a_preemption(spot_l4:
     assert ctx["ti"].xcom["return_value"] == {"loss": 0.5}  # from the result line followed before the drain
 
 
+def first_event(trigger: Any) -> dict[str, Any]:
+    """The trigger run to its first event (two minutes at most), its payload."""
+
+    async def run() -> dict[str, Any]:
+        async for event in trigger.run():
+            return dict(event.payload)
+        raise AssertionError("no event")
+
+    return asyncio.run(asyncio.wait_for(run(), 120))
+
+
 def succeeded_then_drained(emulator: KubernetesEmulator, ctx: Any, **kwargs: Any) -> tuple[dict[str, Any], Any]:
     """Defer, run the trigger to its ``success`` event, then drain the pod away before the task resumes, for
     good (``gone_for_good``); the event and the deferral's kwargs."""
     with pytest.raises(TaskDeferred) as deferred:
         operator(emulator, deferrable=True, **kwargs).execute(ctx)
 
-    async def first_event() -> dict[str, Any]:
-        async for event in deferred.value.trigger.run():
-            return dict(event.payload)
-        raise AssertionError("no event")
-
-    event = asyncio.run(asyncio.wait_for(first_event(), 120))
+    event = first_event(deferred.value.trigger)
     assert event["status"] == "success", event
     drain_when_succeeded(emulator, event["name"])
     gone_for_good(api(emulator), event["name"])
@@ -315,12 +321,7 @@ def test_a_deferred_pod_whose_node_went_with_its_log_returns_the_result_from_its
     with pytest.raises(TaskDeferred) as deferred:
         profiled_op.execute(ctx)
 
-    async def first_event() -> dict[str, Any]:
-        async for event in deferred.value.trigger.run():
-            return dict(event.payload)
-        raise AssertionError("no event")
-
-    event = asyncio.run(asyncio.wait_for(first_event(), 120))
+    event = first_event(deferred.value.trigger)
     assert event["status"] == "success" and event[RESULT_LINE_KEY] == '::airflow-gpu-result::{"loss": 0.5}', event
     core = api(spot_l4)
     assert deleted(core, event["name"])  # kept by the finalizer, its log gone (404)
@@ -358,12 +359,7 @@ def test_a_deferred_pod_that_succeeded_and_lost_its_node_while_no_trigger_ran_is
         core.read_namespaced_pod_log(name, "default")
     assert gone.value.status == 404  # the log went with the node
 
-    async def first_event() -> dict[str, Any]:
-        async for event in deferred.value.trigger.run():
-            return dict(event.payload)
-        raise AssertionError("no event")
-
-    event = asyncio.run(asyncio.wait_for(first_event(), 120))
+    event = first_event(deferred.value.trigger)
     assert event["status"] == "success" and event[RESULT_LINE_KEY] == '::airflow-gpu-result::{"loss": 0.5}', event
     resumed = profiled(spot_l4, RESULT)
     resumed.deferrable = True

@@ -654,7 +654,7 @@ def test_output_still_held_open_at_the_end_leaves_the_result_unknown(machine: di
     instead of passing an earlier one on as the result."""
     end_file = tmp_path / "termination-log"
     end_file.write_text("")
-    script = "sleep 4 & printf '::airflow-gpu-result::1'"
+    script = "sleep 2.5 & printf '::airflow-gpu-result::1'"
     done = run(["sh", "-c", script], {**machine, "AIRFLOW_GPU_TERMINATION_LOG": str(end_file)})
     assert done.returncode == 0 and "::airflow-gpu-result::1" in done.stdout
     assert read(end_file.read_text()) == (
