@@ -100,6 +100,7 @@ def test_a_job_still_runnable_after_its_cancel_is_terminated_before_the_run_move
         assert job.status == "FAILED" and not job.attempts  # it never started
 
 
+@pytest.mark.slow  # waits out ListJobs' 8 s lag on the emulator's clock: make test only
 def test_a_lost_submission_listed_late_is_found_not_submitted_again(aws_default_connection: BatchEmulator) -> None:
     """SubmitJob created the job, its answer was lost, and ListJobs (eventually consistent) lists the job
     only 8 s later. Looked up for three reads 2 s apart, it was sent again: two GPU jobs for one try.

@@ -26,6 +26,8 @@ from tests.operators.task_context import Store, Ti
 PYTHON_IMAGE = "gcr.io/distroless/python3-debian12:nonroot"
 STATIC_IMAGE = "gcr.io/distroless/static-debian12:nonroot"
 RESULT = "print('::airflow-gpu-result::' + '{\"loss\": 0.5}')"
+# slow: runs the operator in-process against the emulator, KPO's whole flow (seconds each)
+pytestmark = pytest.mark.slow
 
 
 def operator(emulator: KubernetesEmulator, image: str, cmds: list[str], **kwargs: Any) -> GPUKubernetesOperator:
