@@ -290,7 +290,7 @@ class IndexedJobTraining:
                 for pod_name, pod in current.items():
                     if (pod.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed"):
                         self._follow_log(pod_name, pod)  # ended between two looks: its log is still there
-            ended = job_end(job, pods, self.op._node_stays, name)
+            ended = job_end(job, pods, self.op.reads.node_stays, name)
             stuck: tuple[Classification, dict[str, Any] | None] | None = (
                 clock.check(pods.current(), time.monotonic()) if ended is None else None
             )

@@ -44,7 +44,7 @@ from airflow_gpu.accelerators.shared_memory import SharedMemory
 from airflow_gpu.accelerators.spec import Accelerator, parse_candidates
 from airflow_gpu.images.selection import resolve_image
 from airflow_gpu.links.profile import GPUProfileLink
-from airflow_gpu.operators import kubernetes_profiler, orphaned_try, success_mark
+from airflow_gpu.operators import kubernetes_profiler, kubernetes_reads, orphaned_try, success_mark
 from airflow_gpu.operators.gpu_profile import check_interval, profiled_by_default
 from airflow_gpu.operators.kubernetes_pod import STATE_ANNOTATION, dress, placement
 from airflow_gpu.operators.kubernetes_reads import UNREAD, ClusterReads, RetryingPodManager, classify_gone, lost_create
@@ -279,9 +279,7 @@ class GPUKubernetesOperator(UnreadSuccessKept, PodsReleased, PodDeferral, Kubern
                 self._record_success(context)  # before KPO deletes the pod: a retry finds the success
         finally:
             super().cleanup(pod, remote_pod, xcom_result, context)
-        phase = ((self._ended or {}).get("status") or {}).get("phase")  # KPO fails any other; a Succeeded one:
-        if (ended := self._outcome) is not None and ended.outcome is Outcome.DELETED and phase == "Succeeded":
-            raise AirflowException(f"the pod was deleted while it ran and ended on the deletion ({ended.message})")
+        kubernetes_reads.stopped_on_deletion(self._outcome, self._ended)  # KPO fails any other phase
 
     def _record_success(self, context: Context | None) -> None:
         if context is None or self.do_xcom_push or self._result_error is not None or self.pod is None:
@@ -297,7 +295,7 @@ class GPUKubernetesOperator(UnreadSuccessKept, PodsReleased, PodDeferral, Kubern
         if current is None:  # gone: a node reclaim, a drain, or deleted by a person while its node stayed
             last_seen = self.pod_manager.last_seen(pod) or to_dict(pod)  # ``pod`` may be as created, stale
             node = ((last_seen.get("spec") or {}).get("nodeName")) or (pod.spec.node_name if pod.spec else None)
-            node_stays = self._node_stays(node)
+            node_stays = self.reads.node_stays(node)
             self._outcome = classify_gone(self.pod_manager, last_seen, node_stays, self.base_container_name)
             if self._outcome.outcome is Outcome.SUCCEEDED:
                 self._succeeded_gone(pod.metadata.name, last_seen, node, node_stays)
@@ -336,9 +334,6 @@ class GPUKubernetesOperator(UnreadSuccessKept, PodsReleased, PodDeferral, Kubern
         if self._output is not None and self._output.result_found:
             return None
         return missing_result(workload, self._unread if self._output is None else self._output.unread)
-
-    def _node_stays(self, node: str | None) -> bool | None:
-        return self.reads.node_stays(node)
 
     def _publish_profile(self, context: Context, pod_name: str | None, node: str | None) -> None:
         kubernetes_profiler.publish(self, context, pod_name, node)

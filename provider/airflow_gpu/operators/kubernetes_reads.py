@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import PodLaunchFailedException
 from airflow.providers.cncf.kubernetes.utils.pod_manager import PodManager
+from airflow.sdk.exceptions import AirflowException
 from kubernetes.client import models as k8s
 from kubernetes.client.exceptions import ApiException
 
@@ -305,6 +306,14 @@ def lost_create(op: GPUKubernetesOperator, wanted: k8s.V1Pod, context: Context) 
     if op.reattach_on_restart:
         op._persist_pod_identity_to_task_state_store(context, found)
     return wanted  # KPO follows the pod it asked for, as after its own create
+
+
+def stopped_on_deletion(outcome: Classification | None, ended: Mapping[str, Any] | None) -> None:
+    """Raise for a pod that ended ``Succeeded`` and was classified DELETED (its workload exited 0 on the
+    deletion's signal): KPO fails every other phase itself, and takes this one for a success."""
+    phase = ((ended or {}).get("status") or {}).get("phase")
+    if outcome is not None and outcome.outcome is Outcome.DELETED and phase == "Succeeded":
+        raise AirflowException(f"the pod was deleted while it ran and ended on the deletion ({outcome.message})")
 
 
 def classify_gone(

@@ -158,7 +158,7 @@ class PodDeferral:
             op.pod = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name=event["name"], namespace=event["namespace"]))
             last_seen = event.get(LAST_SEEN_KEY)  # what the trigger's watch saw of it last
             node = ((last_seen or {}).get("spec") or {}).get("nodeName")
-            stays = op._node_stays(node)
+            stays = op.reads.node_stays(node)
             op._outcome = classify_deleted_pod(last_seen, stays, op.base_container_name)
             if op._outcome.outcome is Outcome.SUCCEEDED:  # its workload had ended with 0 before the deletion
                 op._succeeded_gone(event["name"], last_seen, node, stays)

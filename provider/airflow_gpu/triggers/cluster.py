@@ -296,25 +296,6 @@ async def annotate(
     await acall(call, f"annotating {kind} {namespace}/{name}", log=LOG)
 
 
-async def release(connection: ClusterConnection, namespace: str, name: str) -> None:
-    """Remove the provider's finalizer from the pod (``utils.end_hold``); gone already is fine. A pod being
-    deleted goes once its grace period is over."""
-    from kubernetes_asyncio.client.exceptions import ApiException
-
-    from airflow_gpu.utils.end_hold import RELEASE_PATCH
-
-    async def call() -> None:
-        async with connection.client() as client:
-            api, _suffix = _api(client, "pods")
-            try:  # a dict body: the async client sends a strategic merge patch
-                await api.patch_namespaced_pod(name, namespace, RELEASE_PATCH)
-            except ApiException as error:
-                if error.status != 404:
-                    raise
-
-    await acall(call, f"releasing pod {namespace}/{name}", log=LOG)
-
-
 async def delete(connection: ClusterConnection, kind: str, namespace: str, name: str, **options: Any) -> None:
     """Delete the object (``options``: ``propagation_policy``, ``grace_period_seconds``); gone already is fine.
     A pod's finalizer (``utils.end_hold``) is removed next: the provider is done with a pod it deletes. A
@@ -332,11 +313,9 @@ async def delete(connection: ClusterConnection, kind: str, namespace: str, name:
 
     await acall(call, f"deleting {kind} {namespace}/{name}", log=LOG)
     if kind == "pods":
-        try:
-            await release(connection, namespace, name)
-        except Exception as error:
-            LOG.warning("Could not release pod %s/%s (%s: %s); airflow-gpu reap will", namespace, name,
-                        type(error).__name__, error)  # fmt: skip
+        from airflow_gpu.triggers import pod_release
+
+        await pod_release.release_quietly(connection, namespace, name, LOG)
 
 
 async def list_objects(

@@ -34,15 +34,18 @@ async def read(trigger: Any, kind: str, namespace: str, name: str) -> dict[str, 
         return {}
 
 
-async def release(trigger: Any, name: str) -> None:
-    """The provider's finalizer off an ended pod the kill keeps (``utils.end_hold``): a resumed copy of the task
-    reads it at once if there is one; after a person's Mark Failed nothing will, and a deletion of it (PodGC's,
-    a drain's) would wait for ``airflow-gpu reap``. A failure leaves it to the reaper."""
-    try:
-        await cluster.release(trigger.connection, trigger.pod_namespace, name)
-    except Exception as error:
-        trigger.log.warning("Could not release pod %s/%s (%s: %s); airflow-gpu reap will", trigger.pod_namespace,
-                            name, type(error).__name__, error)  # fmt: skip
+async def let_go(trigger: Any, pods: list[dict[str, Any]]) -> None:
+    """The provider's finalizer off the pods (as listed) of this try that the kill keeps or leaves
+    (``utils.end_hold``), except those handed back to the worker by the other copy: an ended one a resumed
+    copy of the task reads at once if there is one; after a person's Mark Failed nothing will, and a
+    deletion of it (PodGC's, a drain's) would wait for ``airflow-gpu reap``."""
+    from airflow_gpu.triggers import pod_release
+    from airflow_gpu.utils.end_hold import held
+
+    for pod in pods:
+        if held(pod) and not handed_back.by_twin(trigger, pod):
+            name = str(pod["metadata"]["name"])
+            await pod_release.release_quietly(trigger.connection, trigger.pod_namespace, name, trigger.log)
 
 
 def pod_ended(pod: dict[str, Any], container: str) -> bool:

@@ -51,7 +51,6 @@ from airflow_gpu.triggers.pod_carry_on import PodCarryOn
 from airflow_gpu.triggers.pod_replacement import PodReplacement, task_try_selector
 from airflow_gpu.triggers.pod_watch import SharedPodWatch
 from airflow_gpu.triggers.resume_dwell import dwell
-from airflow_gpu.utils.end_hold import held
 
 
 class PodGone(Exception):
@@ -173,8 +172,7 @@ class GPUPodTrigger(PodCarryOn, KubernetesPodTrigger):
         # running pod, the billed one, is reached.
         ordered = [self.pod_name, *sorted(names - {self.pod_name})]
         await asyncio.gather(*(self._delete_pod(name, kill, listed.get(name)) for name in ordered))
-        left = [n for n, p in listed.items() if n not in names and held(p) and not handed_back.by_twin(self, p)]
-        await asyncio.gather(*(kill_spare.release(self, name) for name in left))  # ended or being deleted
+        await kill_spare.let_go(self, [p for n, p in listed.items() if n not in names])  # ended or deleting
 
     async def _delete_pod(self, name: str, kill: kill_tasks.Kill, seen: dict[str, Any] | None = None) -> None:
         """Delete the pod (``seen``: as just listed) unless it has ended or was handed back (``kill_spare``)."""
@@ -184,8 +182,7 @@ class GPUPodTrigger(PodCarryOn, KubernetesPodTrigger):
             return
         ended = bool(seen) and kill_spare.pod_ended(seen, self.base_container_name)
         if kill_spare.spared(self, kill, f"Pod {self.pod_namespace}/{name}", (self._pod_ref(name),), seen, ended):
-            if ended and not handed_back.by_twin(self, seen):  # kept, not held: a Mark Failed has no reader
-                await kill_spare.release(self, name)
+            await kill_spare.let_go(self, [seen] if ended else [])
             return
         self.log.info("Deleting pod %s in namespace %s.", name, self.pod_namespace)
         try:

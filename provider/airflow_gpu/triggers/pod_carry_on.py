@@ -18,7 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any, cast
 
 from airflow_gpu.spot.classifier import Outcome
-from airflow_gpu.triggers import cluster
+from airflow_gpu.triggers import cluster, pod_release
 from airflow_gpu.triggers.interruption_log import log_interruptions
 from airflow_gpu.triggers.pod_replacement import PodReplacement, placement_mismatch, saved_state
 
@@ -122,7 +122,8 @@ class PodCarryOn:
             if delete:
                 await trigger._delete(ended_pod)
             else:  # kept, read: let go of it (``utils.end_hold``), or a deletion (PodGC's) would wait for ever
-                await _release(trigger, ended_pod)
+                await pod_release.release_quietly(trigger.watch.connection, trigger.pod_namespace, ended_pod,
+                                                  trigger.log)  # fmt: skip
         except Exception as error:  # the pod is there still: the worker judges it, as any last pod
             trigger.log.warning("Could not delete pod %s (%s: %s)", ended_pod, type(error).__name__, error)
             replacement.run.restore(ended)
@@ -195,15 +196,6 @@ class PodCarryOn:
         trigger.log.info("Pod %s was made by a twin of this trigger on %s; its run state is taken over", name,
                          replacement.run.accelerator)  # fmt: skip
         return True
-
-
-async def _release(trigger: GPUPodTrigger, name: str) -> None:
-    """The provider's finalizer off a pod the run is done with; a failure only leaves it to ``airflow-gpu reap``."""
-    try:
-        await cluster.release(trigger.watch.connection, trigger.pod_namespace, name)
-    except Exception as error:
-        trigger.log.warning("Could not release pod %s (%s: %s); airflow-gpu reap will", name, type(error).__name__,
-                            error)  # fmt: skip
 
 
 def _trigger(mixin: PodCarryOn) -> GPUPodTrigger:
