@@ -43,6 +43,17 @@ def test_a_start_after_success_is_a_violation_unless_the_instance_was_cleared_in
     assert not invariants.no_start_after_success(history, [too_early]).ok
 
 
+def test_a_success_of_a_try_cleared_while_it_ran_does_not_forbid_the_next_try_s_run() -> None:
+    """The fourth soak: a Clear of try 1's running training at 05:28:28; its Job's machines finished 6 s later,
+    while Airflow was stopping the try; try 2 trained again, as the Clear asked. A Clear of another try, or
+    one after the success, excuses nothing of that kind."""
+    history = [pod("a", 0, 10, "Succeeded"), pod("b", 15, 25, "Succeeded", key=(*KEY[:4], 2))]
+    cleared_first = Fault(1, 5.0, "clear_running", instance=KEY[:4], key=KEY)
+    assert invariants.no_start_after_success(history, [cleared_first]).ok
+    cleared_other = Fault(1, 5.0, "clear_running", instance=KEY[:4], key=(*KEY[:4], 7))
+    assert not invariants.no_start_after_success(history, [cleared_other]).ok
+
+
 def test_final_states_allow_failed_only_when_marked_or_out_of_retries_to_kills() -> None:
     ti = {"dag_id": KEY[0], "task_id": KEY[1], "dag_run_id": KEY[2], "map_index": KEY[3], "state": "failed",
           "try_number": 1}  # fmt: skip
@@ -106,6 +117,12 @@ def test_a_reclaim_after_success_requires_the_success_and_its_result() -> None:
     # a person cleared the task after the reclaim: the re-run is theirs, not the provider's
     clear = Fault(2, 11.0, "clear_running", instance=KEY[:4])
     assert invariants.reclaims_by_phase([done, pod("b", 12, 20, "Succeeded")], [after, clear], [ti()], {KEY[:4]: 1}).ok
+    # a person marked the task failed a second before the reclaim was drawn, with the pod alive: the end is theirs
+    of_a = Fault(1, 9.5, "k8s_reclaim_after_success", target="a", key=KEY, pod_outcome="Succeeded")
+    marked = Fault(2, 9.0, "mark_failed", instance=KEY[:4])
+    assert invariants.reclaims_by_phase([done], [of_a, marked], [ti("failed")], {}).ok
+    long_before = Fault(2, -1.0, "mark_failed", instance=KEY[:4])  # before the pod existed: an earlier try's
+    assert not invariants.reclaims_by_phase([done], [of_a, long_before], [ti("failed")], {}).ok
     skipped = Fault(1, 9.5, "k8s_reclaim_after_success", key=KEY, outcome="skipped")
     assert invariants.reclaims_by_phase([done, pod("b", 12, 20)], [skipped], [ti()], {}).checked == 0
 

@@ -112,18 +112,27 @@ def held_by_reap(reap_output: str) -> list[str]:
 
 def no_start_after_success(workloads: Iterable[Workload], faults: Sequence[Fault]) -> Verdict:
     """Once a pod or job of a task instance succeeded, none is started for it again, unless the
-    injector cleared that task instance after the success."""
+    injector cleared that task instance after the success, or cleared the try that made it before it
+    succeeded (a Clear of a running try asks for a new try, which runs the workload again: the killed
+    try's pod may still finish while its task is being stopped)."""
     cleared: dict[tuple[str, str, str, int], list[float]] = defaultdict(list)
+    cleared_tries: dict[TryKey, float] = {}
     for f in faults:
         if f.kind == "clear_running" and f.instance is not None and f.outcome == "injected":
             cleared[f.instance].append(f.at)
+            if f.key is not None:
+                cleared_tries[f.key] = min(f.at, cleared_tries.get(f.key, f.at))
     by_instance: dict[tuple[str, str, str, int], list[Workload]] = defaultdict(list)
     for w in workloads:
         if w.instance is not None:
             by_instance[w.instance].append(w)
     verdict = Verdict("no pod/job started again after a success", len(by_instance))
     for instance, items in sorted(by_instance.items()):
-        succeeded = [w.ended for w in items if w.outcome in ("Succeeded", "SUCCEEDED") and w.ended is not None]
+        succeeded = [
+            w.ended for w in items
+            if w.outcome in ("Succeeded", "SUCCEEDED") and w.ended is not None
+            and not (w.key is not None and w.key in cleared_tries and cleared_tries[w.key] <= w.ended)
+        ]  # fmt: skip
         if not succeeded:
             continue
         first = min(succeeded)
@@ -227,8 +236,9 @@ def reclaims_by_phase(
       take the success: no pod of the task instance is created after it, the task ends ``success``
       and its result XCom is there.
 
-    A person's mark or clear of that task instance after the reclaim excuses the re-run and the final
-    state (the task is no longer the provider's to finish).
+    A person's mark or clear of that task instance once the reclaimed pod existed excuses the re-run and
+    the final state (the task is no longer the provider's to finish): a Mark Failed a second before the
+    reclaim (the fault waits for a pod in its phase) ends the task as surely as one after it.
     """
     people: dict[tuple[str, str, str, int], list[float]] = defaultdict(list)
     for f in faults:
@@ -248,9 +258,9 @@ def reclaims_by_phase(
     for f in judged:
         assert f.key is not None
         instance = f.key[:4]
-        if any(at >= f.at for at in people.get(instance, [])):
-            continue
         since = born.get(f.target, f.at)
+        if any(at >= min(since, f.at) for at in people.get(instance, [])):
+            continue
         later = sorted(
             at for at, group in created.get(instance, []) if at > since and (group is None or group != f.group)
         )
