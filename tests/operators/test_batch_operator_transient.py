@@ -233,3 +233,41 @@ def test_a_deferred_task_whose_first_submission_is_listed_late_stops_the_second_
     first, second = wait_for(lambda: (js := described(emulator))[1]["status"] == "FAILED" and js, 30, "the stop")
     assert (event["status"], event["job_id"], event["job_status"]) == ("done", first["jobId"], "SUCCEEDED")
     assert (second["status"], second["statusReason"]) == ("FAILED", DUPLICATE_REASON)
+
+
+@pytest.mark.parametrize(("max_tries", "stopped"), [(0, True), (1, False)])
+def test_a_try_whose_supervisor_died_stops_acting_and_terminates_its_job_only_on_its_last_try(
+    aws_default_connection: BatchEmulator, max_tries: int, stopped: bool
+) -> None:
+    """The fourth soak: a Celery worker was SIGKILLed, and the task process lived on (Airflow's task runner has
+    a process group of its own), waiting on its job, ready to replace it after a reclaim beside the retry's
+    (``orphaned_try``). It now stops at its next poll: on the task's last try the job is terminated (nobody
+    would read it), else left for the retry to take over; no job is submitted again. The supervisor's death
+    is played by the recorded parent pid changing (``_supervisor``)."""
+    from airflow_gpu.operators.orphaned_try import OrphanedTry
+
+    emulator, store = aws_default_connection, Store()
+    op = operator(command=[sys.executable, "-c", "import time; time.sleep(60)"])
+    raised: list[BaseException] = []
+
+    def execute() -> None:
+        try:
+            op.execute({"ti": Ti(max_tries=max_tries), "task_state_store": store})  # type: ignore[arg-type]
+        except BaseException as error:
+            raised.append(error)
+
+    task = threading.Thread(target=execute, daemon=True)
+    task.start()
+    wait_for(lambda: op.job_id, 60, "the job submitted")
+    job = emulator._job(str(op.job_id))
+    wait_for(lambda: job.status == "RUNNING", timeout=60, what="the job to run")
+    op._supervisor = -1  # type: ignore[attr-defined]  # another parent now: the supervisor is gone
+    task.join(60)
+    assert not task.is_alive() and isinstance(raised[0], OrphanedTry)
+    if stopped:
+        wait_for(lambda: job.status == "FAILED", timeout=60, what="the job to stop")
+        assert job.job_stopped_reason.startswith(KILLED[0])
+    else:
+        assert job.status == "RUNNING" and store["airflow_gpu_batch_job"]["open"] is True
+        emulator.client("batch").terminate_job(jobId=job.job_id, reason="test over")
+    assert len(described(emulator)) == 1  # nothing submitted again

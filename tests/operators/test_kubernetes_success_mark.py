@@ -9,6 +9,7 @@ state store (tests/operators/task_context.py), the pods run on the Kubernetes em
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 from kubernetes import client, config
 
 from airflow_gpu.operators.kubernetes import GPUKubernetesOperator
+from airflow_gpu.operators.orphaned_try import TAKEN_ANNOTATION
 from airflow_gpu.operators.success_mark import SUCCESS_KEY
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 from airflow_gpu.testing.polling import wait_for
@@ -114,13 +116,15 @@ def test_with_durable_off_each_try_runs_its_own_pod(kubernetes_emulator: Kuberne
 
 
 def test_a_try_whose_supervisor_died_leaves_its_running_pod_to_the_retry(
-    kubernetes_emulator: KubernetesEmulator, tmp_path: Path
+    kubernetes_emulator: KubernetesEmulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The soak (seed 9): worker-2's supervisor was SIGKILLed while its task waited on a running pod; the task
     process lived on, its next log line failed (a broken pipe), and KPO's cleanup labelled the running pod
     ``already_checked`` on the way out, so the retry made a second pod. The supervisor's death is played by
     the recorded parent pid changing and the log follow (where the log line is written) raising
-    ``BrokenPipeError`` while the pod runs, which runs until the test lets it end."""
+    ``BrokenPipeError`` while the pod runs, which runs until the test lets it end. The orphan stays to watch
+    the pod (``orphaned_try.linger``) and leaves once the retry has taken it over, long before its patience."""
+    monkeypatch.setenv("AIRFLOW__GPU__ORPHANED_TRY_PATIENCE_SECONDS", "600")
     store, hold = Store(), tmp_path / "release"
     held = f"until [ -e {hold} ]; do sleep 0.1; done; {RESULT}"
     first = operator(kubernetes_emulator, held)
@@ -130,16 +134,54 @@ def test_a_try_whose_supervisor_died_leaves_its_running_pod_to_the_retry(
         raise BrokenPipeError(32, "Broken pipe")
 
     first.pod_manager.fetch_requested_container_logs = orphaned  # type: ignore[method-assign]
-    with pytest.raises(BrokenPipeError):
-        first.execute(context(store, 1))
+    raised: list[BaseException] = []
+    orphan = threading.Thread(target=lambda: _catch(raised, lambda: first.execute(context(store, 1))))
+    orphan.start()
     core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubernetes_emulator.kubeconfig_path)))
+    wait_for(lambda: getattr(first, "_supervisor", None) == -1, 60, "the try to lose its supervisor")
     (pod,) = core.list_namespaced_pod("default").items
     assert "already_checked" not in (pod.metadata.labels or {}) and pod.metadata.deletion_timestamp is None
     assert pod.status.phase == "Running"  # left running, for the retry
+    retry = operator(kubernetes_emulator, held)
+    result: list[Any] = []
+    taking = threading.Thread(target=lambda: result.append(retry.execute(context(store, 2))))
+    taking.start()  # the retry reattaches and marks the pod; the orphan sees the mark and leaves
+    orphan.join(120)
+    assert not orphan.is_alive() and isinstance(raised[0], BrokenPipeError)
+    (pod,) = core.list_namespaced_pod("default").items
+    assert pod.metadata.annotations[TAKEN_ANNOTATION] == retry._taker  # type: ignore[attr-defined]
     hold.touch()
-    retry = context(store, 2)
-    assert operator(kubernetes_emulator, held).execute(retry) == {"loss": 0.5}
+    taking.join(120)
+    assert result == [{"loss": 0.5}]
     assert pods_ever(kubernetes_emulator) == 1  # the retry reattached to it: the workload ran once
+
+
+def test_an_orphan_whose_pod_no_retry_takes_over_deletes_it_after_its_patience(
+    kubernetes_emulator: KubernetesEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fourth soak's live orphan: the worker died, then a person marked the task success, so Airflow made
+    no retry. The orphan left its running pod for a retry that never came; past its patience it deletes it."""
+    monkeypatch.setenv("AIRFLOW__GPU__ORPHANED_TRY_PATIENCE_SECONDS", "1")
+    store = Store()
+    first = operator(kubernetes_emulator, "sleep 300; " + RESULT)
+
+    def orphaned(pod: Any, *args: Any, **kwargs: Any) -> Any:
+        first._supervisor = -1  # type: ignore[attr-defined]
+        raise BrokenPipeError(32, "Broken pipe")
+
+    first.pod_manager.fetch_requested_container_logs = orphaned  # type: ignore[method-assign]
+    with pytest.raises(BrokenPipeError):
+        first.execute(context(store, 1))  # a try is left (max_tries 2): the pod was left to one, watched
+    core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubernetes_emulator.kubeconfig_path)))
+    assert pods_ever(kubernetes_emulator) == 1
+    wait_for(lambda: not core.list_namespaced_pod("default").items, 60, "the pod gone")  # held: released too
+
+
+def _catch(into: list[BaseException], call: Any) -> None:
+    try:
+        call()
+    except BaseException as error:
+        into.append(error)
 
 
 def test_an_orphaned_last_try_deletes_its_pod_rather_than_leave_it_running(
@@ -180,8 +222,10 @@ def test_a_pod_that_succeeds_while_the_retry_looks_for_it_is_read_not_run_again(
         raise BrokenPipeError(32, "Broken pipe")
 
     first.pod_manager.fetch_requested_container_logs = orphaned  # type: ignore[method-assign]
-    with pytest.raises(BrokenPipeError):
-        first.execute(context(store, 1))
+    raised: list[BaseException] = []  # the orphan watches the pod it left until the pod ends
+    orphan = threading.Thread(target=lambda: _catch(raised, lambda: first.execute(context(store, 1))))
+    orphan.start()
+    wait_for(lambda: getattr(first, "_supervisor", None) == -1, 60, "the try to lose its supervisor")
     core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubernetes_emulator.kubeconfig_path)))
     real = kubernetes.succeeded_unread
 
@@ -195,6 +239,8 @@ def test_a_pod_that_succeeds_while_the_retry_looks_for_it_is_read_not_run_again(
     retry = context(store, 2)
     assert operator(kubernetes_emulator, held).execute(retry) == {"loss": 0.5}
     assert pods_ever(kubernetes_emulator) == 1  # read, not run again
+    orphan.join(120)
+    assert not orphan.is_alive() and isinstance(raised[0], BrokenPipeError)
 
 
 def test_a_retry_that_takes_over_a_recorded_success_lets_go_of_the_pod_the_dead_try_left(

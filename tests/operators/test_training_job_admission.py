@@ -12,6 +12,7 @@ per run.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from typing import Any
 
@@ -21,6 +22,7 @@ from kubernetes import client, config
 from airflow_gpu.operators.accelerate_kubernetes import RESUME_METHOD, STATE_STORE_KEY
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 from airflow_gpu.testing.polling import wait_for
+from airflow_gpu.utils.end_hold import release
 from airflow_gpu.utils.training_job import JOB_LABEL, JOB_TTL_SECONDS
 from tests.operators.task_context import Store
 from tests.operators.test_training_job_runs import context, jobs, training
@@ -136,7 +138,9 @@ def test_an_exception_leaving_execute_deletes_the_job_unless_a_retry_takes_it_ov
 ) -> None:
     """A poll that fails for good (RBAC without ``list pods``): on the task's last try the Job and its
     Service go with the exception, as KPO's ``cleanup()`` deletes its pod; with a retry to come the Job
-    trains on and the run stays open for the retry's take-over (``retry_handover``)."""
+    trains on and the run stays open for the retry's take-over (``retry_handover``). Without ``list pods``
+    the machines' end hold cannot be let go (their names are not known): the Job's deletion stops them
+    and keeps them until ``airflow-gpu reap``, which the task log says, lets them go."""
     emulator, store = kubernetes_default_connection, Store()
     ctx = context(1, store, max_tries=retries)
     worker, outcome = run_in_thread(training(), ctx)
@@ -151,8 +155,14 @@ def test_an_exception_leaving_execute_deletes_the_job_unless_a_retry_takes_it_ov
         assert jobs(emulator) == [job] and services(emulator) == [job]
         assert store[STATE_STORE_KEY]["open"] is True
         return
-    assert wait_for(lambda: jobs(emulator) == [] or None, 60, "the Job to go") and services(emulator) == []
-    assert store[STATE_STORE_KEY]["open"] is False
+    assert services(emulator) == [] and store[STATE_STORE_KEY]["open"] is False
+    batch = client.BatchV1Api(core(emulator).api_client)
+    assert batch.read_namespaced_job(job, "default").metadata.deletion_timestamp is not None
+    machines = core(emulator).list_namespaced_pod("default", label_selector=f"{JOB_LABEL}={job}").items
+    assert machines and all(m.metadata.deletion_timestamp is not None for m in machines)  # stopped, held
+    for machine in machines:  # the API whole again: what ``airflow-gpu reap --delete`` does for them
+        release(core(emulator), machine.metadata.name, "default", logging.getLogger(__name__))
+    assert wait_for(lambda: jobs(emulator) == [] or None, 60, "the Job to go")
 
 
 def test_training_jobs_carry_a_ttl_as_a_backstop(kubernetes_default_connection: KubernetesEmulator) -> None:

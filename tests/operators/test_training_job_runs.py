@@ -21,9 +21,11 @@ from kubernetes import client, config
 from airflow_gpu.operators.accelerate import AccelerateTrainOperator
 from airflow_gpu.operators.accelerate_kubernetes import RESUME_METHOD, STATE_STORE_KEY, IndexedJobTraining
 from airflow_gpu.operators.spot_task import save_run
+from airflow_gpu.operators.training_job_logs import MachineLogs
 from airflow_gpu.operators.training_job_reattach import take_over
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 from airflow_gpu.testing.polling import wait_for
+from airflow_gpu.utils.end_hold import END_HOLD
 from airflow_gpu.utils.training_job import JOB_LABEL
 from tests.kubernetes_history import JobHistory
 from tests.operators.task_context import Store, Ti
@@ -144,8 +146,11 @@ def test_a_deferred_training_is_replaced_by_its_trigger_and_resumes_once(
 
         waiting = asyncio.create_task(event())
         victim = await asyncio.to_thread(running_rank, emulator, first, 1)
+        held.extend(apis(emulator)[1].read_namespaced_pod(victim, "default").metadata.finalizers or [])
         await asyncio.to_thread(emulator.preempt, victim, "default", 0)
         return await asyncio.wait_for(waiting, 90)
+
+    held: list[str] = []
 
     payload = asyncio.run(until_the_end())
     assert payload["job"] == f"{first}-r1"
@@ -155,6 +160,9 @@ def test_a_deferred_training_is_replaced_by_its_trigger_and_resumes_once(
     assert (interruption["workload"], interruption["outcome"]) == (first, "preempted")
     assert ctx["task_state_store"][STATE_STORE_KEY]["open"] is False  # judged: a later try takes nothing over
     assert jobs(emulator) == []  # the last Job deleted by the worker, the first by the trigger
+    assert END_HOLD in held  # each machine is kept until its end is read (``utils.end_hold``), then let go:
+    core = apis(emulator)[1]
+    wait_for(lambda: not core.list_namespaced_pod("default", label_selector=JOB_LABEL).items, 60, "no machine left")
 
 
 def test_the_same_try_creating_its_job_again_waits_out_the_one_being_deleted_and_makes_it_anew(
@@ -201,14 +209,16 @@ def test_a_bug_in_one_rank_fails_the_training_once_though_its_peer_sat_on_a_cord
     cordoned meanwhile, and the Job controller (``backoffLimit: 0``) deletes it once the Job is judged.
     The bug is what the task reports: one Job, no resubmission, Airflow's retries skipped as
     ``retry_on_app_failure=False`` asks, no interruption recorded. Without ``get`` on ``nodes`` (every
-    node read answered 403, as RBAC does) the same, and the task log says once, at ERROR, what is lost."""
+    node read answered 403, as RBAC does) the same, and the task log says once, at ERROR, what is lost:
+    there the machines carry no end hold (``keep_until_read=False``), so the deleted rank is gone and only
+    its node could tell why; a held rank stays in the API with its end, and no node is asked."""
     from airflow_gpu.spot import node_access
 
     node_access._said.clear()
     emulator, core = kubernetes_default_connection, apis(kubernetes_default_connection)[1]
     if not nodes_readable:
         emulator.inject_api_fault(verb="get", resource="nodes", status=403, times=None)
-    op = training(spot={"retry_on_app_failure": False})
+    op = training(spot={"retry_on_app_failure": False}, **({} if nodes_readable else {"keep_until_read": False}))
     ti, failure = Ti(1, dag_id="training_dag", run_id="manual__1"), []
     ctx = {**context(1), "ti": ti}
 
@@ -265,12 +275,69 @@ def test_a_crashed_trigger_leaves_the_running_job_to_the_retry_that_takes_it_ove
     assert deferred.value.trigger.job_name == first and jobs(emulator) == [first]  # followed, nothing new
 
 
+@pytest.mark.parametrize("then", ["a retry takes it over", "no retry comes", "a rank is reclaimed"])
+def test_an_orphaned_training_try_makes_no_job_and_leaves_its_job_to_a_retry_or_deletes_it(
+    kubernetes_default_connection: KubernetesEmulator, monkeypatch: pytest.MonkeyPatch, then: str
+) -> None:
+    """The fourth soak: a Celery worker was SIGKILLed while a sync training waited on its Job. The task process
+    lives on (Airflow's task runner has a process group of its own) and can tell Airflow nothing; before, it
+    went on waiting, replaced a reclaimed Job (two Jobs made after the task was marked success), and left the
+    last one Pending for nobody. Now it stops (``orphaned_try``): the Job is left to the retry, watched until
+    the retry takes it over, and deleted once no retry came within the patience; a reclaim makes nothing new.
+    The supervisor's death is played by the recorded parent pid changing (``_supervisor``)."""
+    from airflow_gpu.operators.orphaned_try import TAKEN_ANNOTATION, OrphanedTry
+
+    monkeypatch.setenv("AIRFLOW__GPU__ORPHANED_TRY_PATIENCE_SECONDS", "1" if then == "no retry comes" else "600")
+    emulator, store = kubernetes_default_connection, Store()
+    first_try = context(1, store, max_tries=2)
+    run = runner(training(), first_try)
+    raised: list[BaseException] = []
+
+    def orphan() -> None:
+        try:
+            run.run(first_try)  # type: ignore[arg-type]
+        except BaseException as error:
+            raised.append(error)
+
+    with JobHistory(emulator) as history:
+        thread = threading.Thread(target=orphan)
+        thread.start()
+        wait_for(lambda: run.job, 60, "the Job")
+        first = str(run.job)
+        running_rank(emulator, first, 1)
+        run.op._supervisor = -1  # type: ignore[attr-defined]  # another parent: the supervisor is gone
+        if then == "a rank is reclaimed":
+            emulator.preempt(running_rank(emulator, first, 1), "default", 0)
+        if then == "a retry takes it over":
+            second_try = context(2, store, max_tries=2)
+            retry = runner(training(), second_try)
+            assert take_over(retry.op, retry.jobs, second_try, LOG) == first  # type: ignore[arg-type]
+            job = apis(emulator)[0].read_namespaced_job(first, "default")
+            assert job.metadata.annotations[TAKEN_ANNOTATION] == retry.op._taker  # type: ignore[attr-defined]
+        thread.join(120)
+        assert not thread.is_alive() and isinstance(raised[0], OrphanedTry)
+        if then == "no retry comes":
+            wait_for(lambda: jobs(emulator) == [], 60, "the Job deleted")
+        if then == "a retry takes it over":
+            assert jobs(emulator) == [first]  # the orphan left it to the retry
+    assert history.created() == [first]  # the orphan made no Job more
+
+
 class LostNodeClient:
-    """KPO's client where the main machine's node is gone: every log read answers 404 (a fake at the boundary
-    ``_read_main_log`` calls through, the official client's exception)."""
+    """KPO's client where the main machine's node is gone: every log read answers 404, or, with ``status``,
+    what an API server answers that is down (a fake at the boundary ``MachineLogs`` calls through, the
+    official client's exception); ``reads`` counts the calls."""
+
+    def __init__(self, status: int = 404) -> None:
+        self.status, self.reads = status, 0
 
     def read_namespaced_pod_log(self, name: str, namespace: str, **kwargs: Any) -> Any:
-        raise client.ApiException(status=404, reason="Not Found")
+        self.reads += 1
+        raise client.ApiException(status=self.status, reason="Not Found" if self.status == 404 else "Unavailable")
+
+
+def machine_logs(run: IndexedJobTraining, api: Any) -> MachineLogs:
+    return MachineLogs(api, "default", run.op.base_container_name, LOG)
 
 
 def test_a_main_machine_whose_log_went_with_its_node_gives_its_result_from_its_termination_message() -> None:
@@ -280,15 +347,37 @@ def test_a_main_machine_whose_log_went_with_its_node_gives_its_result_from_its_t
     op = training()
     run = op._make_runner(op.launch)
     assert isinstance(run, IndexedJobTraining)
-    run.op.__dict__["client"] = LostNodeClient()  # KPO's cached ``client`` of the backend operator
+    logs = machine_logs(run, LostNodeClient())
     end = f'{RESULT}\n::airflow-gpu-end::{{"exit_code": 0, "signals": [], "spot_notice": null, "result": "kept"}}'
     main = {"metadata": {"name": "train-0"}, "status": {"containerStatuses": [
         {"name": run.op.base_container_name, "state": {"terminated": {"exitCode": 0, "message": end}}}]}}  # fmt: skip
-    output, unread = run._read_main_log(main)
-    assert unread is None and output.result == {"loss": 0.25}
+    output, unread = logs.main_output(main)
+    assert unread is None and output is not None and output.result == {"loss": 0.25}
     del main["status"]["containerStatuses"][0]["state"]["terminated"]["message"]
-    output, unread = run._read_main_log(main)
+    output, unread = logs.main_output(main)
     assert output is None and unread is not None and "404" in unread
+
+
+def test_a_main_log_read_rides_out_a_down_api_and_falls_back_to_the_line_followed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The fifth soak: two sync trainings succeeded without their result, the one read of the main machine's
+    log answered 503. The read is asked again as every call is (``api_retry``); when the API stays down past the
+    budget, the result line the main machine's follower read as it ran is the result."""
+    from airflow_gpu.utils import api_retry
+
+    monkeypatch.setattr(api_retry, "BUDGET_SECONDS", 1.0)  # with the module's fast backoff: several asks
+    op = training()
+    run = op._make_runner(op.launch)
+    assert isinstance(run, IndexedJobTraining)
+    down = LostNodeClient(503)
+    logs = machine_logs(run, down)
+    main = {"metadata": {"name": "train-0"}, "status": {}}
+    output, unread = logs.main_output(main)
+    assert output is None and unread is not None and "503" in unread and down.reads > 1  # asked again
+    logs._results["train-0"] = RESULT  # what its follower read as the machine ran
+    output, unread = logs.main_output(main)
+    assert unread is None and output is not None and output.result == {"loss": 0.25}
 
 
 def test_a_deferred_training_whose_main_pod_went_with_its_node_reads_the_pod_its_trigger_saw() -> None:
@@ -315,6 +404,5 @@ def test_a_deferred_training_whose_main_pod_went_with_its_node_reads_the_pod_its
              MAIN_SEEN_KEY: main}  # fmt: skip
     _, ended = ended_job(run.op, Gone(), event, LOG)  # type: ignore[arg-type]
     assert ended is not None and ended.pods.main() == main
-    run.op.__dict__["client"] = LostNodeClient()
-    output, unread = run._read_main_log(ended.pods.main())
-    assert unread is None and output.result == {"loss": 0.25}
+    output, unread = machine_logs(run, LostNodeClient()).main_output(ended.pods.main())
+    assert unread is None and output is not None and output.result == {"loss": 0.25}

@@ -50,3 +50,23 @@ def test_only_live_marked_pods_of_no_job_are_candidates() -> None:
     assert from_kubernetes("pod", rank) is None  # its Job is the candidate
     checked = from_kubernetes("pod", running_pod({**marks, "labels": {**marks["labels"], CHECKED_LABEL: "True"}}))
     assert isinstance(checked, Resource) and not checked.adoptable
+
+
+def test_a_training_machine_held_after_its_end_is_a_candidate_and_a_live_one_goes_with_its_job() -> None:
+    """A training Job's machines carry the end hold too (``utils.end_hold``): one that ended, or is being
+    deleted, stays in the API until let go, after its Job may be gone, so the reaper lets it go; a live one
+    still goes with its Job, which is the candidate."""
+    from airflow_gpu.utils.end_hold import END_HOLD
+
+    marks = pod_marks(Ti(1, dag_id="gpu", task_id="train", run_id=RUN))
+    labels = {**marks["labels"], "airflow-gpu/training-job": "j"}
+    live = running_pod({**marks, "labels": labels, "finalizers": [END_HOLD]})
+    assert from_kubernetes("pod", live) is None
+    ended = running_pod({**marks, "labels": labels, "finalizers": [END_HOLD]})
+    ended["status"]["phase"] = "Succeeded"
+    found = from_kubernetes("pod", ended)
+    assert isinstance(found, Resource) and found.held and found.status == "Succeeded, held (ended)"
+    deleting = running_pod({**marks, "labels": labels, "finalizers": [END_HOLD]})
+    deleting["metadata"]["deletionTimestamp"] = "2026-05-01T11:00:00Z"
+    found = from_kubernetes("pod", deleting)
+    assert isinstance(found, Resource) and found.held and found.status == "Running, held (being deleted)"

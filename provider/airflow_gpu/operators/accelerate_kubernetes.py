@@ -44,9 +44,11 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_gpu.operators import orphaned_try
 from airflow_gpu.operators.delegation import DelegatedRun, outside_the_users_dag
 from airflow_gpu.operators.spot_task import bad_result, fail, publish, save_run
 from airflow_gpu.operators.training_job_cluster import TrainingJobs
+from airflow_gpu.operators.training_job_logs import MachineLogs
 from airflow_gpu.spot.classifier import Classification, Outcome
 from airflow_gpu.spot.training_job import (
     JobEnd,
@@ -56,14 +58,10 @@ from airflow_gpu.spot.training_job import (
     adoptable,
     job_end,
     node_of,
-    rank_of,
     refused,
 )
 from airflow_gpu.triggers.interruption_log import log_interruptions
-from airflow_gpu.triggers.result_tail import message_result_line
 from airflow_gpu.utils.kubernetes import to_dict
-from airflow_gpu.utils.pod_log_follower import PodLogFollower
-from airflow_gpu.utils.results import read_output
 from airflow_gpu.utils.training_job import ENV_MAIN_ADDRESS, JOB_LABEL, base_name, job_manifests, job_name
 
 if TYPE_CHECKING:
@@ -79,8 +77,6 @@ __all__ = ["ENV_MAIN_ADDRESS", "JOB_LABEL", "IndexedJobTraining", "backend_opera
 STATE_STORE_KEY = "airflow_gpu_training_job"
 #: The method a deferred training resumes with (``AccelerateTrainOperator.resume_execution`` routes it).
 RESUME_METHOD = "resume_training_job"
-#: How long the machines' logs may take to be read to their end once the Job has ended.
-LOG_DRAIN_SECONDS = 60.0
 
 
 def backend_operator(
@@ -122,8 +118,13 @@ class IndexedJobTraining:
         self.cluster: TrainingJobs | None = None
         self.context: Context | None = None
         self._killed = threading.Event()
-        self._followers: dict[str, PodLogFollower] = {}
+        self.logs: MachineLogs | None = None  # the machines' (``training_job_logs``), once started
         self._judged = False  # this try judged its last Job (and deleted it): nothing to take over
+
+    @property
+    def machine_logs(self) -> MachineLogs:
+        assert self.logs is not None, "the training has not started"
+        return self.logs
 
     @property
     def jobs(self) -> TrainingJobs:
@@ -135,6 +136,8 @@ class IndexedJobTraining:
         self.context = context
         self.namespace = op.namespace or op.hook.get_namespace() or "default"
         self.cluster = TrainingJobs(op.client, self.namespace, self.log)
+        self.logs = self.logs or MachineLogs(op.client, self.namespace, op.base_container_name, self.log)
+        orphaned_try.remember(op)  # its supervisor: once gone, the waits stop and the Job is left or deleted
 
     def run(self, context: Context) -> Any:
         from airflow.sdk.exceptions import TaskDeferred
@@ -157,10 +160,13 @@ class IndexedJobTraining:
         """An exception leaves ``execute``: the try's Job and Service go (KPO's ``cleanup()`` in a ``finally``),
         unless the next try takes the running Job over (``retry_handover``), as after a trigger's crash."""
         from airflow_gpu.operators.retry_handover import why_no_takeover
+        from airflow_gpu.operators.training_job_reattach import left_orphaned
 
         name = self.job
         if name is None:
             return
+        if orphaned_try.orphaned(self.op):
+            return left_orphaned(self, context)
         why_not = "the task was killed" if self._killed.is_set() else why_no_takeover(self.op, context)
         if why_not is None and not self._judged:
             try:
@@ -199,12 +205,16 @@ class IndexedJobTraining:
                 raise
         event = dict((next_kwargs or {}).get("event") or {})
         self.job, end = ended_job(self.op, self.jobs, event, self.log)
-        if end is None:  # the trigger could not watch (RBAC?): the worker watches from here
-            self.log.warning("The triggerer could not watch training Job %s: %s", self.job, event.get("message"))
-            return self._follow(context, deferrable=False)
-        self._print_logs(end.pods)
-        result = self._after(context, end)
-        return self._follow(context, deferrable=self.op.deferrable) if result is _RESUBMIT else result
+        try:
+            if end is None:  # the trigger could not watch (RBAC?): the worker watches from here
+                self.log.warning("The triggerer could not watch training Job %s: %s", self.job, event.get("message"))
+                return self._follow(context, deferrable=False)
+            self.machine_logs.print_all(end.pods)
+            result = self._after(context, end)
+            return self._follow(context, deferrable=self.op.deferrable) if result is _RESUBMIT else result
+        except orphaned_try.OrphanedTry as error:  # the worker died while this try watched: as in ``run``
+            self._after_error(context, error)
+            raise
 
     def _follow(self, context: Context, deferrable: bool) -> Any:
         """Wait for the current Job (or defer to the triggerer) until one ends the run."""
@@ -216,7 +226,7 @@ class IndexedJobTraining:
 
                 defer(self, context)
             end = self._wait()
-            self._finish_logs()
+            self.machine_logs.finish(self._killed.is_set())
             result = self._after(context, end)
             if result is not _RESUBMIT:
                 return result
@@ -227,7 +237,7 @@ class IndexedJobTraining:
         node = node_of(end.culprit)
         decision = op.spot_run.finish(end.result, workload=self.job, location=node, identity=self.job)
         main = end.pods.main()
-        op._output, op._unread = self._read_main_log(main)
+        op._output, op._unread = self.machine_logs.main_output(main)
         publish(context, op.spot_run, node)
         op._publish_profile(context, main["metadata"]["name"] if main else self.job, node)
         self.jobs.delete(self.job, grace_seconds=op.termination_grace_period or 30)
@@ -258,6 +268,7 @@ class IndexedJobTraining:
     def _submit(self, context: Context) -> None:
         """The Service and the Indexed Job of the current placement, from ``GPUKubernetesOperator``'s pod."""
         op = self.op
+        orphaned_try.stop_if_orphaned(op)  # a try that can tell Airflow nothing makes nothing more
         name = job_name(self.base(context), op.spot_run.submissions)
         manifests = job_manifests(
             to_dict(op.build_pod_request_obj(context)), name, machines=self.launch.num_machines,
@@ -283,13 +294,14 @@ class IndexedJobTraining:
         clock = StuckClock({Outcome.UNSCHEDULABLE: self.op.spot.capacity_timeout, Outcome.INFRASTRUCTURE: startup})
         missing = MissingRanks(startup)
         while True:
+            orphaned_try.stop_if_orphaned(self.op)
             job = self.jobs.read(name)  # `get jobs`, not jobs/status
             if job is not None:
                 current = self.jobs.pods(name)
                 pods.listed(current)
                 for pod_name, pod in current.items():
                     if (pod.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed"):
-                        self._follow_log(pod_name, pod)  # ended between two looks: its log is still there
+                        self.machine_logs.follow(pod_name, pod)  # ended between two looks: its log is still there
             ended = job_end(job, pods, self.op.reads.node_stays, name)
             stuck: tuple[Classification, dict[str, Any] | None] | None = (
                 clock.check(pods.current(), time.monotonic()) if ended is None else None
@@ -307,62 +319,6 @@ class IndexedJobTraining:
                 return JobEnd(Classification(Outcome.DELETED, "Killed", "the task was killed"), None, pods)
             time.sleep(self.poll_interval)
 
-    # --- the machines' logs ----------------------------------------------------------------
-
-    def _follow_log(self, name: str, pod: Mapping[str, Any]) -> None:
-        """Each machine's output into the task log as it comes, prefixed by its rank."""
-        if name in self._followers:
-            return
-        rank = rank_of(pod) or "?"
-
-        def emit(line: str) -> None:
-            if line.strip() and not line.startswith("::airflow-gpu-"):  # those are read at the end
-                self.log.info("[machine %s] %s", rank, line)
-
-        self._followers[name] = PodLogFollower(
-            self.op.client, self.namespace, name, self.op.base_container_name, emit, warn=self.log.warning
-        ).start()
-
-    def _finish_logs(self) -> None:
-        """Every machine's log read to its end before the outcome is told, so no line is cut off."""
-        deadline = time.monotonic() + LOG_DRAIN_SECONDS
-        for name, follower in self._followers.items():
-            if self._killed.is_set():
-                follower.stop()
-            elif not follower.finish(max(0.0, deadline - time.monotonic())):
-                self.log.warning("The log of %s was not read to its end in time; the rest is in the pod", name)
-        self._followers.clear()
-
-    def _print_logs(self, pods: JobPods) -> None:
-        """A deferred training's last Job: each machine's output into the task log, as it stands now."""
-        for pod in sorted(pods.current(), key=lambda p: int(rank_of(p) or 0)):
-            name = pod["metadata"]["name"]
-            try:
-                response = self.op.client.read_namespaced_pod_log(
-                    name, self.namespace, container=self.op.base_container_name, _preload_content=False
-                )
-            except Exception as error:
-                self.log.warning("The log of %s could not be read (%s)", name, error)
-                continue
-            for line in response.data.decode("utf-8", "replace").splitlines():
-                if line.strip() and not line.startswith("::airflow-gpu-"):
-                    self.log.info("[machine %s] %s", rank_of(pod), line)
-
-    def _read_main_log(self, main: Mapping[str, Any] | None) -> tuple[Any, str | None]:
-        if main is None:
-            return None, "the main machine's pod was never seen"
-        try:
-            response = self.op.client.read_namespaced_pod_log(
-                main["metadata"]["name"], self.namespace, container=self.op.base_container_name, _preload_content=False
-            )
-        except Exception as error:  # gone with its node: the result line the profiler left in the pod's status
-            if (line := message_result_line(main, self.op.base_container_name)) is not None:
-                self.log.info("The main machine's log could not be read (%s); its result line was read from its "
-                              "termination message", error)  # fmt: skip
-                return read_output([line]), None
-            return None, f"its log could not be read ({type(error).__name__}: {error})"
-        return read_output(response.data.decode("utf-8", "replace").splitlines()), None
-
     def _result(self) -> Any:
         output = self.op._output
         if output is None:
@@ -373,8 +329,8 @@ class IndexedJobTraining:
 
     def on_kill(self) -> None:
         self._killed.set()
-        for follower in list(self._followers.values()):
-            follower.stop()
+        if self.logs is not None:
+            self.logs.stop()
         if self.cluster is not None:
             self.cluster.delete(self.job, wait=False)
         if self.context is not None:

@@ -44,7 +44,7 @@ from airflow_gpu.hooks.batch import GPUBatchHook
 from airflow_gpu.images.entrypoint import check_entrypoint
 from airflow_gpu.images.selection import resolve_image
 from airflow_gpu.links.profile import GPUProfileLink
-from airflow_gpu.operators import batch_success, success_mark
+from airflow_gpu.operators import batch_success, orphaned_try, success_mark
 from airflow_gpu.operators.batch_deferral import JOB_ID_XCOM_KEY, RESUBMIT, STATE_KEY, BatchDeferral
 from airflow_gpu.operators.batch_submission import BatchSubmission
 from airflow_gpu.operators.gpu_profile import check_interval, profiled_by_default, publish_profile
@@ -198,6 +198,7 @@ class GPUBatchOperator(BatchSubmission, BatchDeferral, BatchOperator):
 
     def execute(self, context: Context) -> Any:
         self._context = context  # for on_kill
+        orphaned_try.remember(self)  # Airflow's task supervisor: once gone, this try stops acting
         if (mark := success_mark.recorded(context, batch_success.BACKEND)) is not None:  # read, then died
             return batch_success.take_over(self, context, mark, STATE_KEY, JOB_ID_XCOM_KEY)
         try:
@@ -210,6 +211,7 @@ class GPUBatchOperator(BatchSubmission, BatchDeferral, BatchOperator):
                 result = self._conclude(context, self._wait(context))
                 if result is not RESUBMIT:
                     return result
+                orphaned_try.stop_if_orphaned(self)  # a try that can tell Airflow nothing submits nothing
                 self.submit_job(context)
         except (AirflowFailException, TaskDeferred):  # the job ended (or waits in the triggerer)
             raise
@@ -226,6 +228,8 @@ class GPUBatchOperator(BatchSubmission, BatchDeferral, BatchOperator):
         ti = context["ti"]
         if not self.job_id or self._killing:
             return
+        if orphaned_try.orphaned(self):  # its supervisor died (``orphaned_try``): no log line, they fail here
+            return orphaned_try.stop_job(self, context, str(self.job_id))
         if int(ti.try_number) <= int(getattr(ti, "max_tries", 0) or 0):
             self.log.warning("Job %s is left to the next try, which takes it over (%s)", self.job_id, error)
             return
@@ -249,6 +253,7 @@ class GPUBatchOperator(BatchSubmission, BatchDeferral, BatchOperator):
                 job = self._cancel_for_capacity(job)
                 continue
             time.sleep(self.poll_interval)
+            orphaned_try.stop_if_orphaned(self)
             self._stop_duplicates(context)  # a first submission listed late: one job of the try runs
             job = self.gpu_hook.describe_job(str(self.job_id), self.poll_interval)
 

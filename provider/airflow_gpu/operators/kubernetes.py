@@ -123,12 +123,10 @@ class GPUKubernetesOperator(UnreadSuccessKept, PodsReleased, PodDeferral, Kubern
         if capacity is not None and capacity not in CAPACITIES:
             raise AcceleratorSpecError("capacity", capacity, "unknown capacity type", CAPACITIES)
         self.spot = spot if isinstance(spot, SpotPolicy) else SpotPolicy(**(spot or {}))
-        self.cpu, self.memory, self.shared_memory = cpu, memory, shared_memory
-        self.capacity = capacity
+        self.cpu, self.memory, self.shared_memory, self.capacity = cpu, memory, shared_memory, capacity
         self.node_label_scheme = LabelScheme.coerce(node_label_scheme)
         self.mig_strategy: MigStrategy = mig_strategy
-        self.driver_version = driver_version
-        # One image per candidate, resolved (or refused) now, at DAG parse time.
+        self.driver_version = driver_version  # the images below are resolved (or refused) at DAG parse time
         self.images = tuple(resolve_image(image, c, driver_version) for c in self.candidates)
         kwargs.setdefault("termination_grace_period", self.spot.grace_period_seconds)
         kwargs.setdefault("schedule_timeout_seconds", int(self.spot.capacity_timeout))
@@ -161,7 +159,8 @@ class GPUKubernetesOperator(UnreadSuccessKept, PodsReleased, PodDeferral, Kubern
     @cached_property
     def pod_manager(self) -> RetryingPodManager:
         """KPO's, with its calls asked again for minutes on 429, 5xx and resets (``kubernetes_reads``)."""
-        return RetryingPodManager(kube_client=self.client, callbacks=self.callbacks)
+        return RetryingPodManager(kube_client=self.client, callbacks=self.callbacks,
+                                  stop=lambda: orphaned_try.stop_if_orphaned(self))  # fmt: skip
 
     def find_pod(self, namespace: str, context: Context, *, exclude_checked: bool = True) -> k8s.V1Pod | None:
         """KPO's label search, asked again as every call of the task is (``utils.api_retry``)."""
@@ -236,6 +235,7 @@ class GPUKubernetesOperator(UnreadSuccessKept, PodsReleased, PodDeferral, Kubern
         if pod is not pod_request_obj:
             self.log.info("Reattached to pod %s of this task", pod.metadata.name)
             self._restore_from_pod(pod)
+            orphaned_try.mark_taken(self, pod)  # its maker, if it lives on orphaned, leaves it to this try
         self.spot_run.submitted(pod.metadata.name)
         return pod
 
@@ -255,14 +255,13 @@ class GPUKubernetesOperator(UnreadSuccessKept, PodsReleased, PodDeferral, Kubern
         xcom_result: dict[Any, Any] | None = None,
         context: Context | None = None,
     ) -> None:
-        """Classify the pod and read its result, then always let KPO clean up (no pod left behind). KPO cleans up
-        only a pod it read back (``remote_pod``); one whose create succeeded but whose first read failed (the API
-        server throttled or down past the retry budget) would run on, billed, for nobody: it is read here and,
-        while it runs, deleted (unless ``on_finish_action="keep_pod"``). A try whose supervisor died leaves the pod
-        to its retry or deletes it, nothing more (``orphaned_try``). A pod Succeeded on a deletion's signal fails."""
+        """Classify the pod, read its result, then let KPO clean up. KPO cleans up only a pod it read back; one created
+        but never read back (the API throttled or down past the retry budget) is read here and, while it runs,
+        deleted (unless ``on_finish_action="keep_pod"``). A try whose supervisor died leaves the pod to its retry or
+        deletes it (``orphaned_try``). A pod Succeeded on a deletion's signal fails."""
         if orphaned_try.orphaned(self):  # its retry takes the pod over, if one will
             kept = context is not None and why_no_takeover(self, context) is None
-            return orphaned_try.settle(self, remote_pod or self.pod, kept)
+            return orphaned_try.settle(self, remote_pod or self.pod, kept, context)
         self._outcome = self._logged_result = self._result_error = self._output = None
         self._unread = UNREAD
         if not self._killed and self.pod is not None and remote_pod is None:
@@ -312,9 +311,8 @@ class GPUKubernetesOperator(UnreadSuccessKept, PodsReleased, PodDeferral, Kubern
     def _succeeded_gone(
         self, name: str, last_seen: dict[str, Any] | None, node: str | None, stays: bool | None
     ) -> None:
-        """The pod succeeded and was deleted (a drain, PodGC, a person) before its end was read: a success,
-        not an interruption (issue 26). Its result comes from the log lines already followed; without one,
-        the task succeeds with a warning that names who deleted the pod, as far as the cluster tells."""
+        """The pod succeeded and was deleted (a drain, PodGC, a person) before its end was read: a success, not an
+        interruption (issue 26), its result from the log lines followed, else a warning naming who deleted it."""
         self._gone_succeeded = True
         self._output = self.pod_manager.followed_output(self.base_container_name)
         if self._output.result_found and not self.do_xcom_push:
@@ -360,6 +358,8 @@ class GPUKubernetesOperator(UnreadSuccessKept, PodsReleased, PodDeferral, Kubern
             except AirflowSkipException:  # skip_on_exit_code: KPO's answer stands
                 raise
             except Exception as error:  # classified below; anything unclassified is re-raised
+                if orphaned_try.orphaned(self):  # nothing more: no pod made, none judged (``cleanup`` left it)
+                    raise
                 if not self._killed and kubernetes_profiler.fall_back(self, context, self._ended):
                     continue  # the image cannot start the profiler's wrapper: the same pod, another way
                 if self._gone_succeeded and not self._killed:  # deleted after its success, before KPO read it
@@ -396,5 +396,5 @@ class GPUKubernetesOperator(UnreadSuccessKept, PodsReleased, PodDeferral, Kubern
         self.pod = self.pod_request_obj = self.remote_pod = None
         self.log.info("Submitting a new pod on %s (%s capacity)", self.accelerator, self.spot_run.capacity)
 
-    def _node(self) -> str | None:
+    def _node(self) -> str | None:  # where the last pod ran
         return getattr(getattr(self.remote_pod or self.pod, "spec", None), "node_name", None)

@@ -20,7 +20,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import PodLaunchFailedException
@@ -69,8 +69,9 @@ class RetryingPodManager(PodManager):
     operator can tell that the pod had succeeded and still push its result.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, stop: Callable[[], None] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._stop = stop  # raises once the try is to stop acting (``orphaned_try``): asked at every read
         self._last_seen: dict[str, dict[str, Any]] = {}
         self._followed: list[tuple[str, str]] = []  # (container, result line) of the logs followed
         self._profile_lines: dict[str, deque[str]] = {}  # container -> the last profile marker lines followed
@@ -153,6 +154,8 @@ class RetryingPodManager(PodManager):
     _starting = False  # within ``await_pod_start``
 
     def read_pod(self, pod: k8s.V1Pod) -> k8s.V1Pod:
+        if self._stop is not None:  # every wait of KPO's reads the pod
+            self._stop()
         read: k8s.V1Pod = call(lambda: _unwrapped(PodManager.read_pod)(self, pod), f"reading pod {_name(pod)}",
                                log=self.log)  # fmt: skip
         self._last_seen[_name(pod)] = to_dict(read)

@@ -29,7 +29,7 @@ from typing import Any
 
 from airflow_gpu.spot.training_job import failed_create_messages
 from airflow_gpu.triggers import adoption
-from airflow_gpu.utils import api_retry
+from airflow_gpu.utils import api_retry, end_hold
 from airflow_gpu.utils.kubernetes import to_dict
 from airflow_gpu.utils.training_job import DELETE_WAIT_SECONDS, JOB_LABEL, owned_by, owner_reference
 
@@ -143,6 +143,8 @@ class TrainingJobs:
             if conflict.adopts(existing):
                 return True
             while conflict.holds(existing):
+                if manifest.get("kind") == "Job":  # made anew: its held machines would keep it (Foreground)
+                    self._release(name)
                 time.sleep(adoption.GONE_POLL_SECONDS)
                 existing = self._existing(read, name)
 
@@ -162,7 +164,9 @@ class TrainingJobs:
         with ``wait``, until the Job and its pods are gone (``DELETE_WAIT_SECONDS`` plus the grace period).
 
         Pods that outlive their Job were orphaned (someone deleted the Job with the API's default
-        propagation for ``batch/v1``): they would train on, billed, so they are deleted too."""
+        propagation for ``batch/v1``): they would train on, billed, so they are deleted too. The machines'
+        end hold (``utils.end_hold``) is removed once the Job's deletion is asked: the provider is done
+        with them, and a held pod would keep the Job (Foreground) in the API."""
         from kubernetes.client.exceptions import ApiException
 
         if name is None:
@@ -173,6 +177,7 @@ class TrainingJobs:
                 f"deleting Job {name}",
                 log=self.log,
             )
+        self._release(name)
         with contextlib.suppress(ApiException):
             api_retry.call(
                 lambda: self.core.delete_namespaced_service(name, self.namespace), f"deleting Service {name}",
@@ -190,7 +195,19 @@ class TrainingJobs:
                     with contextlib.suppress(ApiException):
                         self.core.delete_namespaced_pod(pod, self.namespace)
                 orphans_deleted = True
+            self._release(name, left)  # a machine the controller made after the first look
             time.sleep(0.5)
+
+    def _release(self, name: str, pods: dict[str, dict[str, Any]] | None = None) -> None:
+        """Let go of the Job's held machines (``end_hold``); a failure costs the hold only (``airflow-gpu reap``)."""
+        try:
+            found = self.pods(name) if pods is None else pods
+        except Exception as error:
+            self.log.warning("Could not list the machines of Job %s to let them go (%s)", name, error)
+            return
+        for pod_name, pod in found.items():
+            if end_hold.held(pod):
+                end_hold.release_quietly(self.core, pod_name, self.namespace, self.log)
 
     def of_task(self, labels: dict[str, str]) -> list[dict[str, Any]]:
         """A task instance's training Jobs and Services (``labels``: KPO's, without the try number), as

@@ -26,16 +26,19 @@ store), so the latest Job is found by its labels, and the store says whether it 
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
+from airflow_gpu.operators import orphaned_try
 from airflow_gpu.operators.spot_task import save_run, saved_run
-from airflow_gpu.spot.training_job import adoptable
+from airflow_gpu.spot.training_job import adoptable, judged
 from airflow_gpu.utils.pod_identity import identity_mismatch
 from airflow_gpu.utils.training_job import newest, saved_state
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_gpu.operators.accelerate_kubernetes import IndexedJobTraining
     from airflow_gpu.operators.kubernetes import GPUKubernetesOperator
     from airflow_gpu.operators.training_job_cluster import TrainingJobs
 
@@ -75,6 +78,10 @@ def take_over(op: GPUKubernetesOperator, jobs: TrainingJobs, context: Context, l
         return None
     op.spot_run.submitted(keep)
     save_run(context, STATE_STORE_KEY, op.spot_run)
+    try:  # the try that made it, if it lives on orphaned, leaves it to this one (``orphaned_try.linger``)
+        jobs.batch.patch_namespaced_job(keep, jobs.namespace, orphaned_try.take_over_mark(op))
+    except Exception as error:
+        log.warning("Could not mark training Job %s as taken over by this try (%s)", keep, error)
     made_by = (latest["metadata"].get("labels") or {}).get("try_number", "?")
     status = "complete" if _complete(latest) else "running"
     log.info("Reattached to training Job %s of try %s (%s) instead of starting the training again", keep, made_by,
@@ -98,3 +105,28 @@ def _why_not(op: GPUKubernetesOperator, latest: Any, closed: bool) -> str | None
 def _complete(job: Any) -> bool:
     conditions = (job.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Complete" and c.get("status") == "True" for c in conditions)
+
+
+def left_orphaned(run: IndexedJobTraining, context: Context) -> None:
+    """This try's supervisor died (``orphaned_try``): its log followers stop, and the Job runs on for a retry
+    that takes it over, watched until one does (``orphaned_try.linger``), or is deleted now when none will. No
+    log line: they fail here."""
+    from airflow_gpu.operators.retry_handover import why_no_takeover
+
+    if run.logs is not None:
+        run.logs.stop()
+    name, op = str(run.job), run.op
+
+    def delete() -> None:
+        with contextlib.suppress(Exception):
+            run.jobs.delete(name, wait=False)
+
+    if run._judged or why_no_takeover(op, context) is not None:
+        return delete()
+    orphaned_try.linger(op, context, lambda: run.jobs.read(name), _running, delete)
+    return None
+
+
+def _running(job: Any) -> bool:
+    """Neither judged (complete or failed) nor being deleted: what would train on for nobody."""
+    return not judged(job) and not (job.get("metadata") or {}).get("deletionTimestamp")

@@ -180,6 +180,7 @@ class KubernetesResources:
                     lambda: self.batch.delete_namespaced_job(name, namespace, body=options), f"deleting Job {name}"
                 )
                 service = self._delete_service(name, namespace, None)
+                self._release_machines(name, namespace)
                 return "deleted with its pods (Foreground)" + (" and its Service" if service else "")
             self._delete_service(name, namespace, preconditions)
             return "deleted"
@@ -191,6 +192,16 @@ class KubernetesResources:
             return f"FAILED: HTTP {error.status} {error.reason}"
         except Exception as error:
             return f"FAILED: {type(error).__name__}: {error}"
+
+    def _release_machines(self, job: str, namespace: str) -> None:
+        """The held machines of a Job just deleted (``utils.end_hold``): they would keep it in the API."""
+        from airflow_gpu.utils.end_hold import END_HOLD
+
+        listed = self._call(lambda: self.core.list_namespaced_pod(namespace, label_selector=f"{JOB_LABEL}={job}"),
+                            f"listing the pods of Job {job}")  # fmt: skip
+        for pod in listed.items:
+            if END_HOLD in (pod.metadata.finalizers or []):
+                self._release(pod.metadata.name, namespace, pod.metadata.uid)
 
     def _release(self, name: str, namespace: str, uid: str | None) -> None:
         """Remove the provider's finalizer (``utils.end_hold``) from this very pod: a JSON patch that tests the

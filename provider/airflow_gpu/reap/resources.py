@@ -106,9 +106,9 @@ def from_kubernetes(
     if kind == "pod":
         owners = {o.get("kind") for o in metadata.get("ownerReferences") or []}
         phase = status.get("phase")
-        if JOB_LABEL in labels or "Job" in owners or (phase not in LIVE_POD_PHASES and not held):
-            return None  # a training Job's pod goes with its Job
         held = held and (deleting or phase not in LIVE_POD_PHASES)  # a live pod is reaped as one
+        if ((JOB_LABEL in labels or "Job" in owners) and not held) or (phase not in LIVE_POD_PHASES and not held):
+            return None  # a training Job's live pod goes with its Job; an ended held one is let go here
         live_status = f"{phase}, held ({'being deleted' if deleting else 'ended'})" if held else str(phase)
         adoptable = labels.get(CHECKED_LABEL) != "True" and (not held or phase == "Succeeded")
     elif kind == "job":

@@ -298,8 +298,9 @@ async def annotate(
 
 async def delete(connection: ClusterConnection, kind: str, namespace: str, name: str, **options: Any) -> None:
     """Delete the object (``options``: ``propagation_policy``, ``grace_period_seconds``); gone already is fine.
-    A pod's finalizer (``utils.end_hold``) is removed next: the provider is done with a pod it deletes. A
-    release that fails costs the hold only (the delete came first); ``airflow-gpu reap`` releases the pod."""
+    A pod's finalizer (``utils.end_hold``) is removed next, and a Job's machines': the provider is done with
+    what it deletes. A release that fails costs the hold only (the delete came first); ``airflow-gpu reap``
+    releases the pod."""
     from kubernetes_asyncio.client.exceptions import ApiException
 
     async def call() -> None:
@@ -312,10 +313,12 @@ async def delete(connection: ClusterConnection, kind: str, namespace: str, name:
                     raise
 
     await acall(call, f"deleting {kind} {namespace}/{name}", log=LOG)
-    if kind == "pods":
-        from airflow_gpu.triggers import pod_release
+    from airflow_gpu.triggers import pod_release
 
+    if kind == "pods":
         await pod_release.release_quietly(connection, namespace, name, LOG)
+    if kind == "jobs":  # a training Job: its machines carry the hold too
+        await pod_release.release_machines(connection, namespace, name, LOG, list_objects)
 
 
 async def list_objects(

@@ -1,7 +1,8 @@
 """The provider's finalizer (``utils.end_hold``) taken off a pod from a trigger, through the async client.
 
 Every trigger path that is done with a pod comes here: its delete (``cluster.delete``), a kept pod it
-replaced (``pod_carry_on``), the ended pods a kill keeps (``kill_spare``). A failure costs only the hold,
+replaced (``pod_carry_on``), the ended pods a kill keeps (``kill_spare``), and the machines of a training
+Job it deletes (``release_machines``, from ``cluster.delete``). A failure costs only the hold,
 never what the trigger did with the pod: ``airflow-gpu reap`` lets it go later. ``connection`` is a
 ``cluster.ClusterConnection``, not imported: ``cluster.delete`` calls in here.
 """
@@ -42,3 +43,21 @@ async def release_quietly(connection: Any, namespace: str, name: str, log: Any) 
     except Exception as error:
         log.warning("Could not release pod %s/%s (%s: %s); airflow-gpu reap will", namespace, name,
                     type(error).__name__, error)  # fmt: skip
+
+
+async def release_machines(connection: Any, namespace: str, job: str, log: Any, list_objects: Any) -> None:
+    """Let go of the held machines of a training Job whose deletion was asked: they would keep the Job
+    (Foreground) in the API. One LIST (``cluster.list_objects``, passed in: ``cluster`` imports this module);
+    a failure only said, as for a pod."""
+    from airflow_gpu.utils.end_hold import held
+    from airflow_gpu.utils.training_job import JOB_LABEL
+
+    try:
+        machines = await list_objects(connection, "pods", namespace, f"{JOB_LABEL}={job}")
+    except Exception as error:
+        log.warning("Could not list the machines of Job %s/%s to let them go (%s: %s); airflow-gpu reap will",
+                    namespace, job, type(error).__name__, error)  # fmt: skip
+        return
+    for pod in machines:
+        if held(pod):
+            await release_quietly(connection, namespace, pod["metadata"]["name"], log)

@@ -79,7 +79,9 @@ def job_manifests(
     that dies (a spot reclaim) ends the whole Job, since the other ranks cannot go on without it;
     what comes next is the spot run's decision. Each pod's hostname is ``<job>-<index>`` and its
     subdomain the Service, so ``<job>-0.<job>`` is the main machine. The Service publishes
-    not-ready addresses so that the other machines resolve the main one while it starts.
+    not-ready addresses so that the other machines resolve the main one while it starts. The pod's
+    finalizers go to the template, which the Job controller copies onto each pod
+    (``GetPodFromTemplate``): the provider's end hold keeps a machine until its end is read.
     """
     pod_name = (pod.get("metadata") or {}).get("name") or ""
     text = json.dumps(pod)
@@ -103,6 +105,8 @@ def job_manifests(
         "ttlSecondsAfterFinished": JOB_TTL_SECONDS,  # a backstop: the task deletes its Jobs itself
         "template": {"metadata": {"labels": labels, "annotations": annotations}, "spec": spec},
     }
+    if finalizers := metadata.get("finalizers"):  # the Job controller gives them to each pod (``end_hold``)
+        job_spec["template"]["metadata"]["finalizers"] = list(finalizers)
     if active_deadline_seconds is not None:
         job_spec["activeDeadlineSeconds"] = active_deadline_seconds
     namespace = metadata.get("namespace")
