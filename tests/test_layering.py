@@ -56,7 +56,6 @@ ALLOWED: dict[frozenset[str], str] = {
             "airflow_gpu.operators.kubernetes_profiler",
             "airflow_gpu.operators.kubernetes_reads",
             "airflow_gpu.operators.kubernetes_resume",
-            "airflow_gpu.operators.retry_handover",
         }
     ): "issue 25",
     frozenset(

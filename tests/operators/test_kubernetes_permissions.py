@@ -208,6 +208,33 @@ def test_a_two_machine_training_runs_to_success_under_the_shipped_roles(
     assert_cleaned_up(kubernetes_emulator)
 
 
+def test_a_retry_that_takes_a_training_job_over_marks_it_under_the_shipped_roles(
+    kubernetes_emulator: KubernetesEmulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retry takes over the Job an earlier try left and writes its mark on it (``patch`` on ``jobs``): without
+    the mark, that try, living on orphaned, would take the Job for abandoned (``orphaned_try.linger``)."""
+    from airflow_gpu.operators.orphaned_try import TAKEN_ANNOTATION
+    from airflow_gpu.operators.training_job_reattach import take_over
+    from tests.operators.test_training_job_runs import LOG
+    from tests.operators.test_training_job_runs import context as training_context
+
+    as_worker(kubernetes_emulator, tmp_path, monkeypatch)
+    store = Store()
+    tries = []
+    for number in (1, 2):
+        op = training_operator(seconds=600)
+        run, ctx = op._make_runner(op.launch), training_context(number, store, max_tries=2)
+        run._start(ctx)
+        tries.append((run, ctx))
+    (first, first_ctx), (second, second_ctx) = tries
+    first._submit(first_ctx)
+    assert take_over(second.op, second.jobs, second_ctx, LOG) == first.job
+    job = client.BatchV1Api(admin(kubernetes_emulator)).read_namespaced_job(first.job, NAMESPACE)
+    assert job.metadata.annotations[TAKEN_ANNOTATION] == second.op._taker
+    second.jobs.delete(first.job)
+    assert_cleaned_up(kubernetes_emulator)
+
+
 def test_a_deferred_training_whose_rank_is_reclaimed_is_replaced_by_the_trigger_under_the_shipped_roles(
     kubernetes_emulator: KubernetesEmulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -156,25 +156,42 @@ def test_a_try_whose_supervisor_died_leaves_its_running_pod_to_the_retry(
     assert pods_ever(kubernetes_emulator) == 1  # the retry reattached to it: the workload ran once
 
 
-def test_an_orphan_whose_pod_no_retry_takes_over_deletes_it_after_its_patience(
-    kubernetes_emulator: KubernetesEmulator, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("started", [False, True], ids=["pending", "running"])
+def test_an_orphan_whose_pod_no_retry_takes_over_deletes_it_after_its_patience_unless_it_runs(
+    kubernetes_emulator: KubernetesEmulator, monkeypatch: pytest.MonkeyPatch, started: bool
 ) -> None:
     """The fourth soak's live orphan: the worker died, then a person marked the task success, so Airflow made
-    no retry. The orphan left its running pod for a retry that never came; past its patience it deletes it."""
+    no retry. The orphan left its pod for a retry that never came; past its patience it deletes the pod that
+    never started (here still pulling its image), and leaves one that runs to ``airflow-gpu reap``, which asks
+    Airflow first (a retry only late must not lose the work). The supervisor dies at the first read of the
+    pod after its create (``RetryingPodManager``'s stop callback, which every wait asks)."""
+    from airflow_gpu.operators.orphaned_try import OrphanedTry
+
     monkeypatch.setenv("AIRFLOW__GPU__ORPHANED_TRY_PATIENCE_SECONDS", "1")
+    if not started:
+        kubernetes_emulator.slow_pulls(120)
     store = Store()
     first = operator(kubernetes_emulator, "sleep 300; " + RESULT)
-
-    def orphaned(pod: Any, *args: Any, **kwargs: Any) -> Any:
-        first._supervisor = -1  # type: ignore[attr-defined]
-        raise BrokenPipeError(32, "Broken pipe")
-
-    first.pod_manager.fetch_requested_container_logs = orphaned  # type: ignore[method-assign]
-    with pytest.raises(BrokenPipeError):
-        first.execute(context(store, 1))  # a try is left (max_tries 2): the pod was left to one, watched
     core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubernetes_emulator.kubeconfig_path)))
+    stop = first.pod_manager._stop
+    assert stop is not None
+
+    def dies_once_the_pod_is_where_the_case_wants_it() -> None:
+        pods = core.list_namespaced_pod("default").items
+        if pods and (pods[0].status.phase == "Running") == started:
+            first._supervisor = -1  # type: ignore[attr-defined]  # another parent now: the supervisor is gone
+        stop()
+
+    first.pod_manager._stop = dies_once_the_pod_is_where_the_case_wants_it
+    with pytest.raises(OrphanedTry):
+        first.execute(context(store, 1))  # a try is left (max_tries 2): the pod was left to one, watched
     assert pods_ever(kubernetes_emulator) == 1
-    wait_for(lambda: not core.list_namespaced_pod("default").items, 60, "the pod gone")  # held: released too
+    if not started:
+        wait_for(lambda: not core.list_namespaced_pod("default").items, 60, "the pod gone")  # held: released too
+        return
+    (pod,) = core.list_namespaced_pod("default").items
+    assert pod.status.phase == "Running" and pod.metadata.deletion_timestamp is None  # the reaper's to judge
+    core.delete_namespaced_pod(pod.metadata.name, "default", grace_period_seconds=0)
 
 
 def _catch(into: list[BaseException], call: Any) -> None:

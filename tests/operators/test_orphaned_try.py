@@ -27,3 +27,37 @@ def test_a_supervised_task_notes_its_parent_and_an_in_process_one_nothing(monkey
     monkeypatch.delattr(task_runner, "SUPERVISOR_COMMS", raising=False)
     orphaned_try.remember(op)
     assert op._supervisor is None
+
+
+def test_the_patience_covers_airflow_s_longest_wait_for_the_retry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Heartbeat timeout, its detection interval, the retry delay Airflow may wait at most
+    (``TaskInstance.next_retry_datetime``: with backoff up to twice ``delay * m ** (try - 1)``, within
+    ``max_retry_delay``), and the margin; ``[gpu] orphaned_try_patience_seconds`` sets it outright."""
+    from datetime import timedelta
+
+    from tests.operators.task_context import Ti
+
+    monkeypatch.delenv("AIRFLOW__GPU__ORPHANED_TRY_PATIENCE_SECONDS", raising=False)
+    monkeypatch.setenv("AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT", "300")
+    monkeypatch.setenv("AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL", "10")
+    plain = SimpleNamespace(retry_delay=timedelta(seconds=300), retry_exponential_backoff=0, max_retry_delay=None)
+    assert orphaned_try.patience(plain, {"ti": Ti(1)}) == 300 + 10 + 300 + orphaned_try.MARGIN_SECONDS
+    backoff = SimpleNamespace(retry_delay=timedelta(seconds=300), retry_exponential_backoff=2.0, max_retry_delay=None)
+    assert orphaned_try.retry_delay_bound(backoff, {"ti": Ti(1)}) == 600  # try 1: between 300 and 600 s
+    assert orphaned_try.retry_delay_bound(backoff, {"ti": Ti(3)}) == 2400  # try 3: between 1200 and 2400 s
+    backoff.max_retry_delay = timedelta(minutes=15)
+    assert orphaned_try.retry_delay_bound(backoff, {"ti": Ti(3)}) == 900
+    monkeypatch.setenv("AIRFLOW__GPU__ORPHANED_TRY_PATIENCE_SECONDS", "42")
+    assert orphaned_try.patience(backoff, {"ti": Ti(3)}) == 42
+
+
+def test_the_mark_is_the_try_s_so_a_resumed_process_of_the_same_try_knows_its_own() -> None:
+    """Airflow 3 gives each try its own task instance id; two processes of one try (the resume after a
+    deferral) write the same mark, and only a mark of another try counts as a take-over."""
+    first, resumed, retry = SimpleNamespace(), SimpleNamespace(), SimpleNamespace()
+    for op, ti_id in ((first, "0195-a"), (resumed, "0195-a"), (retry, "0195-b")):
+        orphaned_try.remember(op, {"ti": SimpleNamespace(id=ti_id)})
+    mark = orphaned_try.take_over_mark(resumed)["metadata"]
+    assert not orphaned_try.taken_by_another(first, mark)
+    assert orphaned_try.taken_by_another(first, orphaned_try.take_over_mark(retry)["metadata"])
+    assert not orphaned_try.taken_by_another(first, {"annotations": {}})

@@ -165,6 +165,39 @@ def test_a_deferred_training_is_replaced_by_its_trigger_and_resumes_once(
     wait_for(lambda: not core.list_namespaced_pod("default", label_selector=JOB_LABEL).items, 60, "no machine left")
 
 
+def test_a_deferred_training_whose_main_log_went_before_the_resume_returns_the_line_its_trigger_read(
+    kubernetes_default_connection: KubernetesEmulator,
+) -> None:
+    """The fourth soak: a deferred training's trigger fired on the Job's success; by the resume, 35 s later, the
+    main machine's node was gone and its log with it (404), and, unprofiled, its status held no result: the
+    task succeeded without one. The trigger now reads the main machine's result line at the Job's end and
+    carries it in the event; the resume falls back to it. The node is removed between the two."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from airflow_gpu.triggers.result_tail import RESULT_LINE_KEY
+
+    emulator, ctx = kubernetes_default_connection, context()
+    op = training(seconds=2, deferrable=True)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(ctx)  # type: ignore[arg-type]
+    trigger, method = deferred.value.trigger, deferred.value.method_name
+
+    async def the_event() -> dict[str, Any]:
+        async for fired in trigger.run():
+            return dict(fired.payload)
+        raise AssertionError("no event")
+
+    payload = asyncio.run(asyncio.wait_for(the_event(), 90))
+    assert payload["status"] == "success" and payload[RESULT_LINE_KEY] == RESULT
+    core = apis(emulator)[1]
+    main = core.read_namespaced_pod(payload["main_pod"], "default")
+    emulator.remove_node(main.spec.node_name)  # the spot node reclaimed: the log goes with it
+    with pytest.raises(client.ApiException):
+        core.read_namespaced_pod_log(payload["main_pod"], "default")
+    resumed = training(seconds=2, deferrable=True)  # a new worker process
+    assert resumed.resume_execution(method, {"event": payload}, ctx) == {"loss": 0.25}  # type: ignore[arg-type]
+
+
 def test_the_same_try_creating_its_job_again_waits_out_the_one_being_deleted_and_makes_it_anew(
     kubernetes_default_connection: KubernetesEmulator,
 ) -> None:
@@ -283,12 +316,15 @@ def test_an_orphaned_training_try_makes_no_job_and_leaves_its_job_to_a_retry_or_
     lives on (Airflow's task runner has a process group of its own) and can tell Airflow nothing; before, it
     went on waiting, replaced a reclaimed Job (two Jobs made after the task was marked success), and left the
     last one Pending for nobody. Now it stops (``orphaned_try``): the Job is left to the retry, watched until
-    the retry takes it over, and deleted once no retry came within the patience; a reclaim makes nothing new.
+    the retry takes it over, and, no machine of it started, deleted once no retry came within the patience; a
+    reclaim makes nothing new.
     The supervisor's death is played by the recorded parent pid changing (``_supervisor``)."""
     from airflow_gpu.operators.orphaned_try import TAKEN_ANNOTATION, OrphanedTry
 
     monkeypatch.setenv("AIRFLOW__GPU__ORPHANED_TRY_PATIENCE_SECONDS", "1" if then == "no retry comes" else "600")
     emulator, store = kubernetes_default_connection, Store()
+    if then == "no retry comes":  # its machines still pulling: nothing started, nothing lost by the delete
+        emulator.slow_pulls(120, times=2)
     first_try = context(1, store, max_tries=2)
     run = runner(training(), first_try)
     raised: list[BaseException] = []
@@ -304,7 +340,8 @@ def test_an_orphaned_training_try_makes_no_job_and_leaves_its_job_to_a_retry_or_
         thread.start()
         wait_for(lambda: run.job, 60, "the Job")
         first = str(run.job)
-        running_rank(emulator, first, 1)
+        if then != "no retry comes":
+            running_rank(emulator, first, 1)
         run.op._supervisor = -1  # type: ignore[attr-defined]  # another parent: the supervisor is gone
         if then == "a rank is reclaimed":
             emulator.preempt(running_rank(emulator, first, 1), "default", 0)

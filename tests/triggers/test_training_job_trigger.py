@@ -117,7 +117,8 @@ def rank_pod(emulator: KubernetesEmulator, job: str, rank: int, phase: str = "Ru
 def test_a_training_that_succeeds_is_one_event_from_one_list_and_watch_of_jobs_and_of_pods(
     kubernetes_emulator: KubernetesEmulator,
 ) -> None:
-    given = arguments(kubernetes_emulator, "train-ok", 'echo "rank $JOB_COMPLETION_INDEX"; sleep 1')
+    script = """echo "rank $JOB_COMPLETION_INDEX"; echo '::airflow-gpu-result::{"loss": 1}'; sleep 1"""
+    given = arguments(kubernetes_emulator, "train-ok", script)
     submit(kubernetes_emulator, given)
     trigger = GPUTrainingJobTrigger(**given)
     path, kwargs = trigger.serialize()
@@ -129,7 +130,9 @@ def test_a_training_that_succeeds_is_one_event_from_one_list_and_watch_of_jobs_a
     assert event["main_pod"].startswith("train-ok-0-")
     assert event["gpu_state"]["submissions"] == 0 and event["gpu_state"]["interruptions"] == []
     emulator = kubernetes_emulator
-    assert emulator.api_requests("GET", "pods") == 0  # no read per pod: the shared watch tells
+    # no read per pod, the shared watch tells; one read of the main machine's log, for the result line it carries
+    assert emulator.api_requests("GET", "pods") == 1 == emulator.api_requests("GET", "pods", "log")
+    assert event["gpu_result_line"] == '::airflow-gpu-result::{"loss": 1}'  # the main machine's
     assert emulator.api_requests("WATCH", "pods") == 1 and emulator.api_requests("WATCH", "jobs") == 1
     # The watch's list, one of the Job's pods made before the trigger held them, one once the Job is judged.
     assert emulator.api_requests("LIST", "pods") <= 3

@@ -61,6 +61,7 @@ from airflow_gpu.spot.training_job import (
     refused,
 )
 from airflow_gpu.triggers.interruption_log import log_interruptions
+from airflow_gpu.triggers.result_tail import RESULT_LINE_KEY
 from airflow_gpu.utils.kubernetes import to_dict
 from airflow_gpu.utils.training_job import ENV_MAIN_ADDRESS, JOB_LABEL, base_name, job_manifests, job_name
 
@@ -137,7 +138,7 @@ class IndexedJobTraining:
         self.namespace = op.namespace or op.hook.get_namespace() or "default"
         self.cluster = TrainingJobs(op.client, self.namespace, self.log)
         self.logs = self.logs or MachineLogs(op.client, self.namespace, op.base_container_name, self.log)
-        orphaned_try.remember(op)  # its supervisor: once gone, the waits stop and the Job is left or deleted
+        orphaned_try.remember(op, context)  # its supervisor: once gone, the waits stop; the Job left or deleted
 
     def run(self, context: Context) -> Any:
         from airflow.sdk.exceptions import TaskDeferred
@@ -205,6 +206,8 @@ class IndexedJobTraining:
                 raise
         event = dict((next_kwargs or {}).get("event") or {})
         self.job, end = ended_job(self.op, self.jobs, event, self.log)
+        if end is not None and (main := end.pods.main()) and (line := event.get(RESULT_LINE_KEY)):
+            self.machine_logs.carried(main["metadata"]["name"], str(line))  # the trigger's read at the end
         try:
             if end is None:  # the trigger could not watch (RBAC?): the worker watches from here
                 self.log.warning("The triggerer could not watch training Job %s: %s", self.job, event.get("message"))
@@ -212,8 +215,9 @@ class IndexedJobTraining:
             self.machine_logs.print_all(end.pods)
             result = self._after(context, end)
             return self._follow(context, deferrable=self.op.deferrable) if result is _RESUBMIT else result
-        except orphaned_try.OrphanedTry as error:  # the worker died while this try watched: as in ``run``
-            self._after_error(context, error)
+        except BaseException as error:  # the worker died while this try watched (a broken pipe, often): as ``run``
+            if orphaned_try.orphaned(self.op):
+                self._after_error(context, error)
             raise
 
     def _follow(self, context: Context, deferrable: bool) -> Any:

@@ -198,7 +198,7 @@ class GPUBatchOperator(BatchSubmission, BatchDeferral, BatchOperator):
 
     def execute(self, context: Context) -> Any:
         self._context = context  # for on_kill
-        orphaned_try.remember(self)  # Airflow's task supervisor: once gone, this try stops acting
+        orphaned_try.remember(self, context)  # Airflow's task supervisor: once gone, this try stops acting
         if (mark := success_mark.recorded(context, batch_success.BACKEND)) is not None:  # read, then died
             return batch_success.take_over(self, context, mark, STATE_KEY, JOB_ID_XCOM_KEY)
         try:

@@ -217,6 +217,7 @@ class GPUKubernetesOperator(UnreadSuccessKept, PodsReleased, PodDeferral, Kubern
 
     def get_or_create_pod(self, pod_request_obj: k8s.V1Pod, context: Context) -> k8s.V1Pod:
         """KPO's get-or-create; a reattached pod brings its saved state, a taken name gets a suffix."""
+        orphaned_try.stop_if_orphaned(self)  # every pod, deferred or not, is made here: none by an orphan
         try:
             pod: k8s.V1Pod = super().get_or_create_pod(pod_request_obj, context)
         except ApiException as error:
@@ -339,7 +340,7 @@ class GPUKubernetesOperator(UnreadSuccessKept, PodsReleased, PodDeferral, Kubern
     def execute(self, context: Context) -> Any:
         """KPO's; a new try first takes over a success an earlier try read (``success_mark``) or a succeeded pod
         no try read (``kubernetes_takeover``) instead of running the workload again."""
-        orphaned_try.remember(self)  # Airflow's task supervisor: see ``cleanup``
+        orphaned_try.remember(self, context)  # Airflow's task supervisor: see ``cleanup``
         if self.reattach_on_restart and (mark := success_mark.recorded(context)) is not None:  # read, then died
             return success_mark.take_over(self, context, mark)
         if (unread := succeeded_unread(self, context)) is not None:
@@ -378,8 +379,7 @@ class GPUKubernetesOperator(UnreadSuccessKept, PodsReleased, PodDeferral, Kubern
             raise bad_result(self._result_error) from self._result_error
         if self.do_xcom_push:
             return result
-        if self._logged_result is not None:
-            # Airflow pushes return values only with do_xcom_push, which would add KPO's sidecar.
+        if self._logged_result is not None:  # Airflow pushes it only with do_xcom_push (KPO's sidecar)
             context["ti"].xcom_push(key="return_value", value=self._logged_result)
         return self._logged_result
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any
 
-from airflow_gpu.operators.orphaned_try import orphaned
+from airflow_gpu.operators.orphaned_try import orphaned, settle_orphaned
 from airflow_gpu.utils.end_hold import released
 
 if TYPE_CHECKING:
@@ -22,7 +22,10 @@ class PodsReleased:
 
     def process_pod_deletion(self, pod: k8s.V1Pod, *, reraise: bool = True) -> bool:
         op: Any = self
-        if orphaned(op):  # the supervisor died during the cleanup: the pod, held, is the retry's to read, or reap's
+        if orphaned(op):  # the supervisor died during the cleanup: an ended pod, held, is the retry's to read
+            ended = pod is not None and pod.status is not None and pod.status.phase in ("Succeeded", "Failed")
+            if not ended:  # one that runs is left to the retry, or deleted: ``orphaned_try.settle``
+                settle_orphaned(op, pod)
             return False
         deleted: bool = super().process_pod_deletion(pod, reraise=reraise)  # type: ignore[misc]
         if not deleted and pod is not None:  # kept: its end was read, or it is left as the user asked

@@ -141,7 +141,7 @@ class PodDeferral:
         op._outcome = op._dropped = op._output = op._ended = None
         op._unread, op._gone_succeeded = UNREAD, False
         op.pod_manager.forget()
-        orphaned_try.remember(op)  # a resumed try has a supervisor of its own: see ``cleanup``
+        orphaned_try.remember(op, context)  # a resumed try has a supervisor of its own: see ``cleanup``
         if carried := event.get(RESULT_LINE_KEY):  # the trigger's read of the result: the pod may be gone now
             op.pod_manager.carried(op.base_container_name, carried)
         op._replay_trigger_pods(context, event, deferred)  # KPO's callbacks and events for the trigger's pods

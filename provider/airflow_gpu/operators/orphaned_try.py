@@ -12,13 +12,18 @@ after its task was marked success). Its waits stop (``OrphanedTry``, raised wher
 
 * When no retry will take the work over (the operator asks ``retry_handover.why_no_takeover``: reattach on,
   a try left, no retry policy), it deletes the work, quietly, so that nothing runs on for nobody.
-* When a retry may, it leaves the work to it, and stays to watch (``linger``): the retry, or the same try
-  sent again by Celery, that takes the work over writes ``TAKEN_ANNOTATION`` on it, and the orphan leaves.
-  Nobody may come: a person marked the task success or failed after the worker died (the fourth soak's live
-  orphan, a Pending Job), and Airflow starts no retry. Past ``patience``, the time Airflow takes to notice
-  the dead worker and start the retry, plus a margin, the orphan deletes the work that still runs, as
-  ``airflow-gpu reap`` would. Work that ended (a pod that succeeded, held for its end to be read) stays for
-  a retry to read and for the reaper.
+* When a retry may, it leaves the work to it, and stays to watch (``linger``): the retry that takes the work
+  over writes ``TAKEN_ANNOTATION`` on it (the try's task instance id, so a resumed process of the same try
+  knows its own), and the orphan leaves. Nobody may come: a person marked the task success or failed after
+  the worker died (the fourth soak's live orphan, a Pending Job), and Airflow starts no retry. Past
+  ``patience``, the time Airflow takes to notice the dead worker and start the retry, plus a margin, the
+  orphan deletes the work that has not started (pods still Pending: nothing is lost). Work that runs is
+  left to ``airflow-gpu reap``, which asks Airflow first: a retry only late (a full queue, a long backoff)
+  would otherwise lose hours of training. Work that ended (a pod that succeeded, held for its end to be
+  read) stays for a retry to read and for the reaper.
+
+Its own API calls go through a logger that writes nothing (``SILENT``): every log line of an orphan fails
+on the broken pipe, and a retry helper that logs its first transient error would give up there.
 
 The supervisor is the task process's parent (a plain fork under every executor); a run with no
 supervisor (``dag.test()``, ``airflow tasks test``: in process) is never judged orphaned.
@@ -27,6 +32,7 @@ supervisor (``dag.test()``, ``airflow tasks test``: in process) is never judged 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 import uuid
@@ -46,6 +52,14 @@ MARGIN_SECONDS = 120.0
 #: Seconds between two looks of a lingering orphan at the work it left.
 LOOK_SECONDS = 5.0
 
+#: Seconds one look may take: a half-open connection must not hang the orphan for ever.
+LOOK_TIMEOUT_SECONDS = 15.0
+
+#: What an orphan's own calls log to: nothing (its task log is a broken pipe).
+SILENT = logging.getLogger("airflow_gpu.orphaned_try.silent")
+SILENT.addHandler(logging.NullHandler())
+SILENT.propagate = False
+
 
 class OrphanedTry(Exception):
     """Raised in a wait of a try whose supervisor died: nothing it does from here on reaches Airflow."""
@@ -54,12 +68,19 @@ class OrphanedTry(Exception):
         super().__init__("the task's supervisor (Airflow's worker process) is gone; this try stops acting")
 
 
-def remember(op: Any) -> None:
-    """Note this process's supervisor, where it has one, as the try starts or resumes."""
+def remember(op: Any, context: Any = None) -> None:
+    """Note this process's supervisor, where it has one, as the try starts or resumes; and the try's identity,
+    which it writes on work it takes over (``TAKEN_ANNOTATION``): the task instance's id, one per try in
+    Airflow 3, the same in each process of the try (a resume after a deferral)."""
     from airflow_gpu.utils.supervision import supervised
 
     op._supervisor = os.getppid() if supervised() else None
-    op._taker = uuid.uuid4().hex  # what this try writes on work it takes over (``TAKEN_ANNOTATION``)
+    ti = context.get("ti") if isinstance(context, Mapping) else None
+    if ti is not None and getattr(ti, "id", None):
+        op._taker = f"{ti.id}"
+    elif not getattr(op, "_taker", None):
+        op._taker = uuid.uuid4().hex
+    op._orphan_context = context if context is not None else getattr(op, "_orphan_context", None)
 
 
 def orphaned(op: Any) -> bool:
@@ -80,16 +101,22 @@ def take_over_mark(op: Any) -> dict[str, Any]:
 
 
 def mark_taken(op: Any, pod: Any) -> None:
-    """Write this try's mark on a pod it reattached to (made by another process); a failure costs only that an
-    orphan that made it deletes it late (``linger``), never the task."""
+    """Write this try's mark on a pod it reattached to (made by another try), asked again through throttles and
+    5xx. Unmarked, an orphan that made it would take it for abandoned; it deletes only work that never started,
+    so what is at stake is the reattached pod's wait for a node, which the task log says at ERROR."""
+    from airflow_gpu.utils.api_retry import call
+
+    name, namespace = pod.metadata.name, pod.metadata.namespace
     try:
-        op.client.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace, take_over_mark(op))
+        call(lambda: op.client.patch_namespaced_pod(name, namespace, take_over_mark(op)),
+             f"marking pod {namespace}/{name} as taken over", log=op.log)  # fmt: skip
     except Exception as error:
-        op.log.warning("Could not mark pod %s as taken over by this try (%s)", pod.metadata.name, error)
+        op.log.error("Could not mark pod %s as taken over by this try (%s): if the try that made it lives on "
+                     "orphaned, it deletes the pod should it still be Pending", name, error)  # fmt: skip
 
 
 def taken_by_another(op: Any, metadata: Mapping[str, Any] | None) -> bool:
-    """A later try (or the same try sent again) took the work over: its mark is there and is not this try's."""
+    """A later try took the work over: its mark is there and is not this try's."""
     mark = ((metadata or {}).get("annotations") or {}).get(TAKEN_ANNOTATION)
     return bool(mark) and mark != getattr(op, "_taker", None)
 
@@ -104,11 +131,30 @@ def patience(op: Any, context: Any) -> float:
         return max(0.0, float(fixed))
     heartbeat = conf.getfloat("scheduler", "task_instance_heartbeat_timeout", fallback=300.0)
     detection = conf.getfloat("scheduler", "task_instance_heartbeat_timeout_detection_interval", fallback=10.0)
+    return float(heartbeat) + float(detection) + retry_delay_bound(op, context) + MARGIN_SECONDS
+
+
+def retry_delay_bound(op: Any, context: Any) -> float:
+    """The longest Airflow waits before this try's retry (``TaskInstance.next_retry_datetime``): the retry delay,
+    or with ``retry_exponential_backoff`` (a multiplier) up to twice ``retry_delay * m ** (try - 1)``, within
+    ``max_retry_delay`` and ``[core] max_task_retry_delay``."""
+    from airflow.providers.common.compat.sdk import conf
+
     delay = getattr(op, "retry_delay", None)
-    if bool(getattr(op, "retry_exponential_backoff", False)) and getattr(op, "max_retry_delay", None) is not None:
-        delay = op.max_retry_delay  # the longest the next delay can be
     seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay or 0)
-    return float(heartbeat) + float(detection) + seconds + MARGIN_SECONDS
+    multiplier = float(getattr(op, "retry_exponential_backoff", 0) or 0)
+    if multiplier > 0 and multiplier != 1.0:
+        ti = context.get("ti") if isinstance(context, Mapping) else None
+        tries = max(0, int(getattr(ti, "try_number", 1) or 1) - 1)
+        try:
+            seconds = 2 * max(1.0, seconds * multiplier**tries)
+        except OverflowError:
+            seconds = float("inf")
+        seconds = min(seconds, float(conf.getint("core", "max_task_retry_delay", fallback=24 * 60 * 60)))
+        cap = getattr(op, "max_retry_delay", None)
+        if isinstance(cap, timedelta):
+            seconds = min(seconds, cap.total_seconds())
+    return seconds
 
 
 def linger(
@@ -118,10 +164,11 @@ def linger(
     live: Callable[[Mapping[str, Any]], bool],
     delete: Callable[[], None],
     clock: Callable[[], float] = time.monotonic,
+    started: Callable[[Mapping[str, Any]], bool] = lambda work: False,
 ) -> str:
     """Watch the work left to a retry until a new follower takes it over, it ends or goes, or ``patience`` runs
-    out: then delete it. ``look`` reads it (None: gone); a failed look is asked again. Returns what happened;
-    no log line (they fail here)."""
+    out: then delete it if it never ``started`` (else it is the reaper's: see the module). ``look`` reads it
+    (None: gone); a failed look is asked again. Returns what happened; no log line (they fail here)."""
     deadline = clock() + patience(op, context)
     while True:
         try:
@@ -135,6 +182,8 @@ def linger(
         if work and not live(work):
             return "ended"
         if clock() >= deadline:
+            if work and started(work):
+                return "left running"
             with contextlib.suppress(Exception):
                 delete()
             return "deleted"
@@ -151,7 +200,7 @@ def settle(op: Any, pod: Any, taken_over: bool, context: Any = None) -> None:
     def delete() -> None:
         with contextlib.suppress(Exception):
             op.client.delete_namespaced_pod(name, namespace, grace_period_seconds=op.termination_grace_period)
-        end_hold.release_quietly(op.client, name, namespace, op.log)
+        end_hold.release_quietly(op.client, name, namespace, SILENT)
 
     if not taken_over:
         return delete()
@@ -162,22 +211,23 @@ def settle(op: Any, pod: Any, taken_over: bool, context: Any = None) -> None:
         from airflow_gpu.utils.kubernetes import to_dict
 
         try:
-            pod: Mapping[str, Any] = to_dict(op.client.read_namespaced_pod(name, namespace))
+            read = op.client.read_namespaced_pod(name, namespace, _request_timeout=LOOK_TIMEOUT_SECONDS)
+            pod: Mapping[str, Any] = to_dict(read)
             return pod
         except ApiException as error:
             if error.status == 404:
                 return None
             raise
 
-    linger(op, context, look, _pod_live, delete)
+    linger(op, context, look, _pod_live, delete, started=_pod_started)
     return None
 
 
 def stop_job(op: Any, context: Any, job_id: str) -> None:
     """An AWS Batch job (``GPUBatchOperator``): left to the retry that takes it over (its saved state), else
-    terminated. A Batch job carries no mark a taking try could write without another IAM action
-    (``batch:TagResource``), so an orphan does not watch it: one left for a retry that never comes (the task
-    marked success or failed after the worker died) runs to its end, and ``airflow-gpu reap`` finds it."""
+    terminated. The orphan does not watch a Batch job (a taking try marks none yet): one left for a retry that
+    never comes (the task marked success or failed after the worker died) runs to its end, and
+    ``airflow-gpu reap`` finds it."""
     from airflow_gpu.spot.batch import KILLED
 
     ti = context["ti"]
@@ -185,6 +235,20 @@ def stop_job(op: Any, context: Any, job_id: str) -> None:
         return
     with contextlib.suppress(Exception):
         op.gpu_hook.terminate(job_id, f"{KILLED[0]} (the task's supervisor died on its last try)")
+
+
+def settle_orphaned(op: Any, pod: Any) -> None:
+    """``settle`` with the context the try started with, judging itself whether a retry takes the pod over."""
+    from airflow_gpu.operators.retry_rule import why_no_takeover
+
+    context = getattr(op, "_orphan_context", None)
+    taken_over = context is not None and why_no_takeover(op, context) is None
+    settle(op, pod, taken_over, context)
+
+
+def _pod_started(pod: Mapping[str, Any]) -> bool:
+    """Past Pending: its containers run (or ran), work that deleting would throw away."""
+    return (pod.get("status") or {}).get("phase") not in (None, "Pending")
 
 
 def _pod_live(pod: Mapping[str, Any]) -> bool:

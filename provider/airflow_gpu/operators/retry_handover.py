@@ -20,25 +20,10 @@ from typing import TYPE_CHECKING
 
 from airflow_gpu.operators.pod_marks import CHECKED_LABEL as CHECKED_LABEL
 from airflow_gpu.operators.pod_marks import submissions as submissions
+from airflow_gpu.operators.retry_rule import why_no_takeover as why_no_takeover
 
 if TYPE_CHECKING:
-    from airflow.sdk import Context
     from kubernetes.client import models as k8s
-
-    from airflow_gpu.operators.kubernetes import GPUKubernetesOperator
-
-
-def why_no_takeover(op: GPUKubernetesOperator, context: Context) -> str | None:
-    """Why the next try would not take this try's running work over (None: it would)."""
-    ti = context["ti"]
-    max_tries, try_number = int(getattr(ti, "max_tries", 0) or 0), int(ti.try_number)
-    if not op.reattach_on_restart:
-        return "reattach_on_restart (durable) is off"
-    if max_tries == 0 or try_number > max_tries:
-        return "this try is the task's last"
-    if getattr(op, "retry_policy", None) is not None:
-        return "a retry_policy may refuse the retry"
-    return None
 
 
 def live(pod: k8s.V1Pod) -> bool:

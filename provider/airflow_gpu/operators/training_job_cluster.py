@@ -171,13 +171,16 @@ class TrainingJobs:
 
         if name is None:
             return
-        with contextlib.suppress(ApiException):
+        try:
             api_retry.call(
                 lambda: self.batch.delete_namespaced_job(name, self.namespace, propagation_policy="Foreground"),
                 f"deleting Job {name}",
                 log=self.log,
             )
-        self._release(name)
+            self._release(name)  # only once the Job is going: a Job that stays keeps its machines' hold
+        except ApiException as error:
+            if error.status == 404:
+                self._release(name)  # gone already, its machines may not be
         with contextlib.suppress(ApiException):
             api_retry.call(
                 lambda: self.core.delete_namespaced_service(name, self.namespace), f"deleting Service {name}",

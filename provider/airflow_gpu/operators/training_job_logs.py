@@ -4,8 +4,9 @@ log as they come, printed once for a deferred training's last Job, and the main 
 The result line is the main machine's (rank 0), read once its Job ended. The read rides out a throttled or
 restarting API server as every other call does (``utils.api_retry``: the soak's fifth run had two trainings
 lose their result to one 503). When the log cannot be read at all (the node went with it, or the API stays
-down past the retry budget), the result comes from what is left: the line the main machine's follower read
-as it came, then the profiler's termination message in the pod's status (``profiling.termination``).
+down past the retry budget), the result comes from what is left: the line read earlier (the main machine's
+follower, as it ran; a deferred training's trigger, at the Job's end: ``triggers.result_tail``), then the
+profiler's termination message in the pod's status (``profiling.termination``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ from airflow_gpu.utils.results import RESULT_MARKER, WorkloadOutput, read_output
 
 #: How long the machines' logs may take to be read to their end once the Job has ended.
 LOG_DRAIN_SECONDS = 60.0
+#: How long one read of a machine's whole log is asked again (not ``api_retry``'s minutes): a machine whose
+#: node is gone but still listed answers through an API server proxy that fails until the node object goes,
+#: and the line read earlier or the termination message is there to fall back on.
+READ_BUDGET_SECONDS, READ_TIMEOUT_SECONDS = 30.0, (10, 60)
 
 
 class MachineLogs:
@@ -47,6 +52,10 @@ class MachineLogs:
         self.followers[name] = PodLogFollower(
             self.client, self.namespace, name, self.container, emit, warn=self.log.warning
         ).start()
+
+    def carried(self, name: str, line: str) -> None:
+        """A result line read before this process looked (a deferred training's trigger, at the Job's end)."""
+        self._results[name] = line
 
     def finish(self, killed: bool) -> None:
         """Every machine's log read to its end before the outcome is told, so no line is cut off."""
@@ -84,8 +93,8 @@ class MachineLogs:
             return read_output(self._read(name).splitlines()), None
         except Exception as error:  # gone with its node, or the API down past the retry budget
             if (line := self._results.get(name)) is not None:
-                self.log.info("The main machine's log could not be read (%s); its result line was read from it "
-                              "as it ran", error)  # fmt: skip
+                self.log.info("The main machine's log could not be read (%s); its result line was read earlier (as "
+                              "it ran, or by the trigger at the Job's end)", error)  # fmt: skip
                 return read_output([line]), None
             if (line := message_result_line(main, self.container)) is not None:
                 self.log.info("The main machine's log could not be read (%s); its result line was read from its "
@@ -96,9 +105,11 @@ class MachineLogs:
     def _read(self, name: str) -> str:
         response = api_retry.call(
             lambda: self.client.read_namespaced_pod_log(
-                name, self.namespace, container=self.container, _preload_content=False
+                name, self.namespace, container=self.container, _preload_content=False,
+                _request_timeout=READ_TIMEOUT_SECONDS,
             ),
             f"reading the log of pod {self.namespace}/{name}",
+            budget=READ_BUDGET_SECONDS,
             log=self.log,
-        )
+        )  # fmt: skip
         return str(response.data.decode("utf-8", "replace"))

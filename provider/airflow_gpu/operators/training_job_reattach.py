@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_gpu.operators import orphaned_try
 from airflow_gpu.operators.spot_task import save_run, saved_run
 from airflow_gpu.spot.training_job import adoptable, judged
+from airflow_gpu.utils import api_retry
 from airflow_gpu.utils.pod_identity import identity_mismatch
 from airflow_gpu.utils.training_job import newest, saved_state
 
@@ -79,9 +80,11 @@ def take_over(op: GPUKubernetesOperator, jobs: TrainingJobs, context: Context, l
     op.spot_run.submitted(keep)
     save_run(context, STATE_STORE_KEY, op.spot_run)
     try:  # the try that made it, if it lives on orphaned, leaves it to this one (``orphaned_try.linger``)
-        jobs.batch.patch_namespaced_job(keep, jobs.namespace, orphaned_try.take_over_mark(op))
+        api_retry.call(lambda: jobs.batch.patch_namespaced_job(keep, jobs.namespace, orphaned_try.take_over_mark(op)),
+                       f"marking Job {keep} as taken over", log=log)  # fmt: skip
     except Exception as error:
-        log.warning("Could not mark training Job %s as taken over by this try (%s)", keep, error)
+        log.error("Could not mark training Job %s as taken over by this try (%s): if the try that made it lives "
+                  "on orphaned, it deletes the Job should no machine of it have started", keep, error)  # fmt: skip
     made_by = (latest["metadata"].get("labels") or {}).get("try_number", "?")
     status = "complete" if _complete(latest) else "running"
     log.info("Reattached to training Job %s of try %s (%s) instead of starting the training again", keep, made_by,
@@ -109,24 +112,32 @@ def _complete(job: Any) -> bool:
 
 def left_orphaned(run: IndexedJobTraining, context: Context) -> None:
     """This try's supervisor died (``orphaned_try``): its log followers stop, and the Job runs on for a retry
-    that takes it over, watched until one does (``orphaned_try.linger``), or is deleted now when none will. No
-    log line: they fail here."""
+    that takes it over, watched until one does (``orphaned_try.linger``: deleted if it never started), or is
+    deleted now when none will. No log line: they fail here (``orphaned_try.SILENT``)."""
     from airflow_gpu.operators.retry_handover import why_no_takeover
+    from airflow_gpu.operators.training_job_cluster import TrainingJobs
 
     if run.logs is not None:
         run.logs.stop()
     name, op = str(run.job), run.op
+    jobs = TrainingJobs(op.client, run.namespace, orphaned_try.SILENT)
 
     def delete() -> None:
         with contextlib.suppress(Exception):
-            run.jobs.delete(name, wait=False)
+            jobs.delete(name, wait=False)
 
     if run._judged or why_no_takeover(op, context) is not None:
         return delete()
-    orphaned_try.linger(op, context, lambda: run.jobs.read(name), _running, delete)
+    orphaned_try.linger(op, context, lambda: jobs.read(name), _running, delete, started=_started)
     return None
 
 
 def _running(job: Any) -> bool:
     """Neither judged (complete or failed) nor being deleted: what would train on for nobody."""
     return not judged(job) and not (job.get("metadata") or {}).get("deletionTimestamp")
+
+
+def _started(job: Any) -> bool:
+    """A machine is ready or done: training that deleting would throw away (left to ``airflow-gpu reap``)."""
+    status = job.get("status") or {}
+    return int(status.get("ready") or 0) + int(status.get("succeeded") or 0) > 0

@@ -63,6 +63,7 @@ from airflow_gpu.triggers.kubernetes import LOG_TAIL_LINES, STATE_KEY
 from airflow_gpu.triggers.kubernetes_api import JOBS, slim
 from airflow_gpu.triggers.pod_replacement import IDENTITY_LABELS
 from airflow_gpu.triggers.pod_watch import SharedPodWatch
+from airflow_gpu.triggers.result_tail import RESULT_LINE_KEY, read_result_line
 from airflow_gpu.triggers.resume_dwell import dwell
 from airflow_gpu.triggers.training_job_kill import TrainingJobKill
 from airflow_gpu.utils.training_job import DELETE_WAIT_SECONDS, JOB_LABEL, job_name, newest, saved_state
@@ -187,13 +188,19 @@ class GPUTrainingJobTrigger(TrainingJobKill, BaseTrigger):
                     continue
                 replacement.run.restore(snapshot)  # the worker records it and fails, as for any last Job
             main = end.pods.main()
-            return {
+            payload = {
                 "status": "success" if end.result.outcome is Outcome.SUCCEEDED else "failed",
                 "job": job, "namespace": self.namespace, STATE_KEY: snapshot, "result": to_json(end.result),
                 "culprit": end.culprit, "main_pod": main["metadata"]["name"] if main else None,
                 "message": f"{end.result.reason}: {end.result.message}".rstrip(": "),
                 MAIN_SEEN_KEY: main,  # as the watch last saw it: gone with its node, its status holds the result
             }  # fmt: skip
+            if payload["status"] == "success" and main is not None:  # its log may go with its node before the resume
+                name = main["metadata"]["name"]
+                if line := await read_result_line(self.connection, self.namespace, name, self.base_container_name,
+                                                  self.log):  # fmt: skip
+                    payload[RESULT_LINE_KEY] = line
+            return payload
 
     async def _resume_point(self, replacement: JobReplacement) -> str:
         """The Job to wait on: the first one, or, when this trigger ran before (a restart, a twin), the
