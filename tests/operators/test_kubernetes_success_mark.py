@@ -288,3 +288,32 @@ def test_keep_until_read_off_makes_pods_as_kpo_does(kubernetes_emulator: Kuberne
     held = operator(kubernetes_emulator).build_pod_request_obj(context_, dry_run=True)
     plain = operator(kubernetes_emulator, keep_until_read=False).build_pod_request_obj(context_, dry_run=True)
     assert held.metadata.finalizers == [END_HOLD] and not plain.metadata.finalizers
+
+
+def test_a_deferred_try_that_read_its_pod_s_success_and_died_is_taken_over_not_run_again(
+    kubernetes_emulator: KubernetesEmulator,
+) -> None:
+    """The fourth and fifth soaks: a deferred shard's resume read its pod's success and KPO deleted the pod; its
+    worker was killed a moment later, before the task ended; the retry ran the shard again. The resume records
+    the success as the sync path does (``_record_success`` in ``cleanup``) and the retry takes it over."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from tests.operators.test_kubernetes_drained_after_success import first_event
+
+    store = Store()
+    first_try = context(store, 1)
+    with pytest.raises(TaskDeferred) as deferred:
+        operator(kubernetes_emulator, deferrable=True).execute(first_try)
+    event = first_event(deferred.value.trigger)
+    assert event["status"] == "success", event
+    resumed = operator(kubernetes_emulator, deferrable=True)
+
+    def killed(*args: Any, **kwargs: Any) -> Any:
+        raise SystemExit(-9)
+
+    resumed._succeed = killed  # type: ignore[method-assign]
+    with pytest.raises(SystemExit):
+        resumed.trigger_reentry(first_try, event, **deferred.value.kwargs)
+    assert store[SUCCESS_KEY]["result"] == {"loss": 0.5}
+    assert operator(kubernetes_emulator, deferrable=True).execute(context(store, 2)) == {"loss": 0.5}
+    assert pods_ever(kubernetes_emulator) == 1
