@@ -368,3 +368,29 @@ def test_a_deferred_pod_that_succeeded_and_lost_its_node_while_no_trigger_ran_is
     assert ctx["ti"].xcom[INTERRUPTIONS_XCOM_KEY] == []
     wait_for(lambda: name not in [p.metadata.name for p in core.list_namespaced_pod("default").items], 30,
              "the pod released and gone")  # fmt: skip
+
+
+def test_a_profiled_pod_drained_while_it_ran_that_exits_0_on_the_sigterm_is_run_again_and_read(
+    spot_l4: KubernetesEmulator,
+) -> None:
+    """The sixth soak (two sync shards without their result): a drain evicted the pod just as it printed its
+    result; the workload exited 0 on the SIGTERM, so its pod ended ``Succeeded`` with the signal in the
+    profiler's end. It was recorded as an interruption and the task then succeeded with no result. An
+    interruption it is: the next pod runs (the drained node cordoned, on another spot L4 node) and its
+    result is the task's."""
+    spot_l4.add_node(NodeSpec("gpu-spot-l4-b", "L4:4", "spot", "g6.24xlarge", {"cpu": "96", "memory": "384Gi"}))
+    drained: list[str] = []
+
+    def drain_once_printed() -> None:
+        name = wait_for(lambda: next(iter(spot_l4.printed("::airflow-gpu-result::")), None), 60, "a result line")
+        drained.append(api(spot_l4).read_namespaced_pod(name, "default").spec.node_name)
+        spot_l4.drain(drained[0])
+
+    drainer = threading.Thread(target=drain_once_printed, daemon=True)
+    drainer.start()
+    script = f"trap 'exit 0' TERM; {RESULT}; sleep 3 & wait"  # the first pod is drained within its 3 s
+    ctx = context()
+    assert profiled(spot_l4, script).execute(ctx) == {"loss": 0.5}
+    drainer.join(60)
+    [interruption] = ctx["ti"].xcom[INTERRUPTIONS_XCOM_KEY]
+    assert interruption["location"] == drained[0] and len(pods_ever(spot_l4)) == 2

@@ -312,10 +312,13 @@ def lost_create(op: GPUKubernetesOperator, wanted: k8s.V1Pod, context: Context) 
 
 
 def stopped_on_deletion(outcome: Classification | None, ended: Mapping[str, Any] | None) -> None:
-    """Raise for a pod that ended ``Succeeded`` and was classified DELETED (its workload exited 0 on the
-    deletion's signal): KPO fails every other phase itself, and takes this one for a success."""
+    """Raise for a pod that ended ``Succeeded`` and was classified otherwise (its workload exited 0 on the
+    signal of a deletion through the API, a drain's eviction, a reclaim): KPO fails every other phase itself,
+    and takes this one for a success. The operator then goes on as the classification says (a failed try, a
+    resubmission). Before, only a plain deletion raised: a drain's eviction was recorded as an interruption
+    and the task then succeeded without a result (the sixth soak, two shards)."""
     phase = ((ended or {}).get("status") or {}).get("phase")
-    if outcome is not None and outcome.outcome is Outcome.DELETED and phase == "Succeeded":
+    if outcome is not None and outcome.outcome is not Outcome.SUCCEEDED and phase == "Succeeded":
         raise AirflowException(f"the pod was deleted while it ran and ended on the deletion ({outcome.message})")
 
 
