@@ -166,3 +166,27 @@ def test_a_completed_pod_its_task_already_deleted_is_no_target(soak: Any, monkey
     fault, worker = apply(injector, "k8s_reclaim_after_success")
     worker.join(30)
     assert fault.outcome == "skipped", fault
+
+
+class JustStarted:
+    """An observer that has not polled Batch yet: the job the reclaim finds is in no history."""
+
+    jobs: dict[str, Any] = {}
+
+
+def test_a_batch_reclaim_names_the_try_of_a_job_the_observer_has_not_seen_yet(aws_default_connection: Any) -> None:
+    """The sixth soak counted a Batch training's first reclaim for no try (the observer, which polls, had not
+    listed the job yet) and judged its three recorded interruptions against two reclaims. The job's tags
+    name the try, as the operator wrote them."""
+    from tests.operators.task_context import Store, Ti
+    from tests.operators.test_batch_operator_runs import operator
+
+    emulator = aws_default_connection
+    op = operator(command=[sys.executable, "-c", "import time; time.sleep(60)"])
+    op.submit_job({"ti": Ti(), "task_state_store": Store()})  # type: ignore[arg-type]
+    job = emulator._job(str(op.job_id))
+    wait_for(lambda: job.status == "RUNNING", timeout=60, what="the job to run")
+    context = Context(None, None, emulator, None, None, JustStarted())  # type: ignore[arg-type]
+    fault = Fault(1, 0.0, "batch_reclaim")
+    Injector(7, 1, 1.0, context, lambda _: None)._batch_reclaim(fault, random.Random(1))
+    assert fault.target == job.job_id and fault.key == ("gpu_dag", "train", "manual__1", -1, 1)

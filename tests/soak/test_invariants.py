@@ -74,6 +74,9 @@ def test_interruptions_must_match_the_reclaims_on_that_try() -> None:
     assert invariants.interruptions({KEY: 3}, reclaims, {KEY: 1}).ok  # a drain's eviction may count
     skipped = [Fault(1, 1.0, "k8s_reclaim_running", key=KEY, outcome="skipped")]
     assert not invariants.interruptions({KEY: 1}, skipped, {}).ok
+    # two faults that found the same pod in their phase reclaimed it once (the sixth soak, shard 23)
+    twice = [Fault(n, n, "k8s_reclaim_after_result", target="p-1", key=KEY, pod_outcome="Failed") for n in (1, 2)]
+    assert invariants.interruptions({KEY: 1}, twice, {}).ok
 
 
 def test_results_and_run_bounds() -> None:

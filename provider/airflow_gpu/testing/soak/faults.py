@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_gpu.testing.kubernetes.objects import ApiError
-from airflow_gpu.testing.soak.observer import Observer, TryKey, Workload
+from airflow_gpu.testing.soak.observer import Observer, TryKey, Workload, job_key
 
 #: What a workload prints to return its result (``utils.results.RESULT_MARKER``).
 RESULT_MARKER = "::airflow-gpu-result::"
@@ -329,7 +329,10 @@ class Injector(threading.Thread):
             return
         job = rng.choice(running)
         seen = self.context.observer.jobs.get(job.job_id)
-        fault.target, fault.key = job.job_id, seen.key if seen else None
+        # the observer polls: a job just started may not be in its history yet (the sixth soak counted a
+        # training's first reclaim for no try); its tags name the try all the same
+        key = seen.key if seen else job_key(self.context.batch.driver.backend.list_tags_for_resource(job.arn))
+        fault.target, fault.key = job.job_id, key
         self.context.batch.reclaim(job.job_id)
 
     def _batch_armed(self, fault: Fault, operation: str) -> bool:

@@ -191,11 +191,13 @@ def interruptions(
     result line whose pod had exited 0 first, and a reclaim after success, are none. A try that took
     over an earlier try's pod or Job (``reattach_on_restart``: its worker was killed) records the
     reclaims that hit it after the takeover, though the pods carry the earlier try's number: the
-    reclaims on an earlier try's workloads may count too."""
+    reclaims on an earlier try's workloads may count too. Two faults that reclaimed one pod (each waits for
+    a pod in its phase, and both may find the same one) end it once: one interruption (the sixth soak)."""
     hits: dict[TryKey, set[Any]] = defaultdict(set)
     for f in faults:
         if interrupting(f) and f.key:
-            hits[f.key].add(f.group or f.number)
+            pod = f.target if f.kind.startswith("k8s_") and f.target else None
+            hits[f.key].add(f.group or pod or f.number)
     verdict = Verdict("recorded interruptions equal the injected reclaims", len(recorded))
     for key, count in sorted(recorded.items()):
         low = len(hits.get(key, ()))
