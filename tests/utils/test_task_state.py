@@ -73,31 +73,3 @@ def test_an_error_that_persists_is_raised_and_a_404_on_write_is_not_swallowed() 
 def test_without_a_store_nothing_is_read_or_written() -> None:
     assert task_state.read({}, "k") is None  # type: ignore[arg-type]
     assert task_state.write({}, "k", 1) is False  # type: ignore[arg-type]
-
-
-class Forgetful(Store):
-    """A store whose api-server failed the first ``forget`` writes: the SDK's ``set`` returns all the same
-    (``TaskStateStoreAccessor.set`` drops the supervisor's answer)."""
-
-    def __init__(self, forget: int) -> None:
-        super().__init__([])
-        self.forget = forget
-
-    def set(self, key: str, value: Any) -> None:
-        self.calls += 1
-        if self.forget:
-            self.forget -= 1
-            return
-        self.values[key] = value
-
-
-def test_a_confirmed_write_is_read_back_and_written_again_until_the_store_holds_it() -> None:
-    store = Forgetful(forget=2)
-    assert task_state.write({"task_state_store": store}, "mark", {"ok": 1}, confirm=True) is True  # type: ignore[arg-type]
-    assert store.values["mark"] == {"ok": 1}
-    lost = Forgetful(forget=task_state.ATTEMPTS)
-    with pytest.raises(task_state.StoreWriteLost):
-        task_state.write({"task_state_store": lost}, "mark", {"ok": 1}, confirm=True)  # type: ignore[arg-type]
-    unconfirmed = Forgetful(forget=1)
-    assert task_state.write({"task_state_store": unconfirmed}, "n", 1) is True  # type: ignore[arg-type]
-    assert "n" not in unconfirmed.values  # what a plain write cannot know

@@ -58,7 +58,7 @@ def record(
     line); ``run`` is the spot run's state, ``location`` where the workload ran (a Batch job's queue)."""
     value = {"try_number": int(context["ti"].try_number), **_clearing(context), "backend": backend,
              "workload": workload, "location": location, "result": result, "run": run}  # fmt: skip
-    task_state.write(context, SUCCESS_KEY, value, confirm=True)  # read back: the SDK's set drops its errors
+    task_state.write(context, SUCCESS_KEY, value)
 
 
 def recorded(context: Context, backend: str = "kubernetes") -> dict[str, Any] | None:

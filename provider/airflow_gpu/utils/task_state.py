@@ -51,24 +51,10 @@ def read(context: Context, key: str) -> Any:
     return _call("read", store.get, key) if store is not None else None
 
 
-def write(context: Context, key: str, value: Any, *, confirm: bool = False) -> bool:
-    """Store ``value`` under ``key``; False when there is no store (Airflow < 3.3).
-
-    With ``confirm`` the value is read back and written again until the store holds it: the SDK's ``set``
-    sends the request to the supervisor and drops its answer, so an api-server that failed the write (a
-    database connection terminated, a restart) loses it without a word. A write that is never confirmed
-    raises ``StoreWriteLost``."""
+def write(context: Context, key: str, value: Any) -> bool:
+    """Store ``value`` under ``key``; False when there is no store (Airflow < 3.3)."""
     store = context.get("task_state_store")
     if store is None:
         return False
-    for _ in range(ATTEMPTS if confirm else 1):
-        _call("write", store.set, key, value)
-        if not confirm or _call("read", store.get, key) == value:
-            return True
-        log.warning("The task state store did not keep %r; writing it again", key)
-        time.sleep(FIRST_PAUSE)
-    raise StoreWriteLost(f"the task state store did not keep {key!r} after {ATTEMPTS} writes")
-
-
-class StoreWriteLost(RuntimeError):
-    """A confirmed write the store never held (``write(confirm=True)``)."""
+    _call("write", store.set, key, value)
+    return True
