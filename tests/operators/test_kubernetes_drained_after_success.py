@@ -373,11 +373,12 @@ def test_a_deferred_pod_that_succeeded_and_lost_its_node_while_no_trigger_ran_is
 def test_a_profiled_pod_drained_while_it_ran_that_exits_0_on_the_sigterm_is_run_again_and_read(
     spot_l4: KubernetesEmulator,
 ) -> None:
-    """The sixth soak (two sync shards without their result): a drain evicted the pod just as it printed its
-    result; the workload exited 0 on the SIGTERM, so its pod ended ``Succeeded`` with the signal in the
-    profiler's end. It was recorded as an interruption and the task then succeeded with no result. An
-    interruption it is: the next pod runs (the drained node cordoned, on another spot L4 node) and its
-    result is the task's."""
+    """A drain evicts the pod once it printed its result; the workload traps SIGTERM and exits 0 on it (a
+    checkpoint-and-exit), so its pod ends ``Succeeded`` with the signal in the profiler's end. The operator
+    recorded the interruption and then took KPO's success, with no result (the sixth soak showed this path,
+    there with a signal the profiler took after the workload's own exit: ``profiling.entrypoint`` no longer
+    counts those). An interruption it is: the next pod runs (the drained node cordoned, on another spot L4
+    node) and its result is the task's."""
     spot_l4.add_node(NodeSpec("gpu-spot-l4-b", "L4:4", "spot", "g6.24xlarge", {"cpu": "96", "memory": "384Gi"}))
     drained: list[str] = []
 

@@ -660,3 +660,31 @@ def test_output_still_held_open_at_the_end_leaves_the_result_unknown(machine: di
     assert read(end_file.read_text()) == (
         None, {"exit_code": 0, "signals": [], "spot_notice": None, "result": "unknown"},
     )  # fmt: skip
+
+
+def test_a_signal_that_comes_after_the_workload_exited_is_not_the_workload_s(
+    machine: dict[str, str], tmp_path: Path
+) -> None:
+    """The sixth soak: a drain's SIGTERM reached the entrypoint once every process of the finished workload had
+    ended, while the entrypoint was still finishing; its end listed the signal, and the pod, which had exited
+    0 on its own, was taken for one stopped by the drain. The workload's shell exits at once; a process in a
+    session of its own (not the command's group, so no signal reaches it) keeps the log open for 3 s, the
+    window in which the test sends the SIGTERM. No fake: a real process, a real signal."""
+    end_file = tmp_path / "termination-log"
+    end_file.write_text("")
+    env = {**machine, "AIRFLOW_GPU_TERMINATION_LOG": str(end_file)}
+    script = "echo '::airflow-gpu-result::{\"loss\": 1}'; echo ready; setsid sleep 3 &"
+    process = subprocess.Popen(wrap(["sh", "-c", script]), env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None and process.stdout.readline().startswith("::airflow-gpu-result::")
+        assert process.stdout.readline() == "ready\n"
+        time.sleep(0.5)  # the shell has exited; its background child still holds the log open
+        process.terminate()
+        out, _ = process.communicate(timeout=30)
+    finally:
+        process.kill()
+        process.wait()
+    assert process.returncode == 0
+    assert profile(out)["signals"] == []
+    end = [line for line in end_file.read_text().splitlines() if line.startswith("::airflow-gpu-end::")]
+    assert end and json.loads(end[-1].split("::", 2)[2])["signals"] == []

@@ -666,7 +666,8 @@ END = {"exit_code": 0, "signals": [], "spot_notice": None, "result": "kept"}
         (stopped_pod({**END, "signals": ["SIGTERM"]}), True),  # exited 0 on the deletion's SIGTERM
         (stopped_pod({**END, "signals": ["SIGINT"]}), True),  # an image whose STOPSIGNAL is SIGINT
         (stopped_pod({**END, "signals": ["SIGHUP", "SIGUSR1"]}), False),  # the workload's own signals
-        (stopped_pod({**END, "spot_notice": "2026-11-27T04:00:05Z"}), True),  # may have stopped early on it
+        (stopped_pod({**END, "spot_notice": "2026-11-27T04:00:05Z", "result": "none"}), True),  # stopped on it
+        (stopped_pod({**END, "spot_notice": "2026-11-27T04:00:05Z"}), False),  # ran past it, its result kept
         (stopped_pod({**END, "signals": ["SIGTERM"]}, deleting=False), False),  # not being deleted: the phase
         (stopped_pod(None), False),  # unprofiled: a deletion cannot be told from a finish, the phase stands
         (stopped_pod(None, disrupted_at="2026-11-27T04:00:10Z"), False),  # nor a drain in the same second

@@ -261,22 +261,32 @@ class Forwarder:
             self._send(number)
 
     def _handle(self, number: int, frame: Any) -> None:
-        self.seen.append(signal.Signals(number).name)
+        """``seen`` lists the signals that reached the workload (or will, once it starts): one that comes after
+        every process of the command has ended (a drain's SIGTERM while the profiler drains the log of a
+        finished workload) did not stop it, and its end must not say so (the sixth soak took such finished
+        pods for stopped ones, ``spot.classifier.ended_on_a_deletion_signal``)."""
         if self._child is None:
+            self.seen.append(signal.Signals(number).name)
             self._pending.append(number)
-        else:
-            self._send(number)
+        elif self._send(number):
+            self.seen.append(signal.Signals(number).name)
 
-    def _send(self, number: int) -> None:
+    def _send(self, number: int) -> bool:
         """To the child's whole process group, as ``tini -g`` does: a shell that runs the workload
         (``bash -c "pip install x && python train.py"``) does not pass SIGTERM on, and without the
-        profiler the runtime's SIGTERM would never have killed it before the workload could stop."""
+        profiler the runtime's SIGTERM would never have killed it before the workload could stop. Whether
+        a process of the command got it."""
         assert self._child is not None
         try:
             os.killpg(self._child.pid, number)
+            return True
         except OSError:  # the group is gone, or not ours: the child itself
+            if self._child.poll() is not None:  # reaped: nothing of the command is left to get it
+                return False
             with contextlib.suppress(OSError):  # it has just exited
                 self._child.send_signal(number)
+                return True
+            return False
 
 
 class Tee:

@@ -213,8 +213,9 @@ def ended_on_a_deletion_signal(pod: Mapping[str, Any]) -> bool:
     Visible while a finalizer holds the pod (``utils.end_hold``).
 
     The profiler's end in a container's termination message (``profiling.termination``) decides: a stop
-    signal, or a spot notice (a workload may stop early on the notice file), is a stop; neither is a finish,
-    whatever came after (PodGC deleting the completed pod). Without the profiler's word the phase stands, as
+    signal the workload got before it exited, or a spot notice it ended on without its result line (a workload
+    may stop early on the notice file), is a stop; neither is a finish, whatever came after (PodGC deleting
+    the completed pod). Without the profiler's word the phase stands, as
     documented: the timestamps cannot tell (the kubelet's final delete moves ``deletionTimestamp`` to the
     end, and a drain right after a finish dates its ``DisruptionTarget`` within the same second)."""
     from airflow_gpu.profiling import termination
@@ -225,7 +226,10 @@ def ended_on_a_deletion_signal(pod: Mapping[str, Any]) -> bool:
     for _name, kind, state in _container_states(pod):
         end = termination.read(state.get("message"))[1] if kind == "terminated" and state.get("exitCode") == 0 else None
         if end is not None:  # the profiler writes on exit 0 only
-            return bool(STOP_SIGNALS & set(end.get("signals") or ())) or bool(end.get("spot_notice"))
+            # a spot notice is a stop when the workload ended without its result (it stopped early on the
+            # notice); one it ran past to the end, its result kept, is no stop (the reclaim came after)
+            noticed = bool(end.get("spot_notice")) and end.get("result") != "kept"
+            return bool(STOP_SIGNALS & set(end.get("signals") or ())) or noticed
     return False
 
 
