@@ -77,6 +77,10 @@ def test_interruptions_must_match_the_reclaims_on_that_try() -> None:
     # two faults that found the same pod in their phase reclaimed it once (the sixth soak, shard 23)
     twice = [Fault(n, n, "k8s_reclaim_after_result", target="p-1", key=KEY, pod_outcome="Failed") for n in (1, 2)]
     assert invariants.interruptions({KEY: 1}, twice, {}).ok
+    # try 2 took over the pod try 1's trigger made after a drain evicted try 1's pod: it carries that eviction
+    second = (*KEY[:4], 2)
+    assert invariants.interruptions({second: 1}, [], {KEY: 1}).ok
+    assert not invariants.interruptions({second: 1}, [], {}).ok
 
 
 def test_results_and_run_bounds() -> None:

@@ -191,8 +191,10 @@ def interruptions(
     result line whose pod had exited 0 first, and a reclaim after success, are none. A try that took
     over an earlier try's pod or Job (``reattach_on_restart``: its worker was killed) records the
     reclaims that hit it after the takeover, though the pods carry the earlier try's number: the
-    reclaims on an earlier try's workloads may count too. Two faults that reclaimed one pod (each waits for
-    a pod in its phase, and both may find the same one) end it once: one interruption (the sixth soak)."""
+    reclaims and drain evictions on an earlier try's workloads may count too (the seventh soak: a try
+    that took over a pod its earlier try's trigger made after a drain carries that drain's interruption).
+    Two faults that reclaimed one pod (each waits for a pod in its phase, and both may find the same one)
+    end it once: one interruption (the sixth soak)."""
     hits: dict[TryKey, set[Any]] = defaultdict(set)
     for f in faults:
         if interrupting(f) and f.key:
@@ -202,6 +204,7 @@ def interruptions(
     for key, count in sorted(recorded.items()):
         low = len(hits.get(key, ()))
         adopted = sum(len(found) for other, found in hits.items() if other[:4] == key[:4] and other[4] < key[4])
+        adopted += sum(n for other, n in drains.items() if other[:4] == key[:4] and other[4] < key[4])
         high = low + drains.get(key, 0) + adopted
         if not low <= count <= high:
             verdict.violations.append(
