@@ -247,6 +247,7 @@ def test_a_try_whose_supervisor_died_stops_acting_and_terminates_its_job_only_on
     from airflow_gpu.operators.orphaned_try import OrphanedTry
 
     emulator, store = aws_default_connection, Store()
+    # the workload: a job that runs on (a minute) while the test acts on it, not a wait of the test's
     op = operator(command=[sys.executable, "-c", "import time; time.sleep(60)"])
     raised: list[BaseException] = []
 

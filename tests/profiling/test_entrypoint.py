@@ -673,12 +673,13 @@ def test_a_signal_that_comes_after_the_workload_exited_is_not_the_workload_s(
     end_file = tmp_path / "termination-log"
     end_file.write_text("")
     env = {**machine, "AIRFLOW_GPU_TERMINATION_LOG": str(end_file)}
-    script = "echo '::airflow-gpu-result::{\"loss\": 1}'; echo ready; setsid sleep 3 &"
+    shell = tmp_path / "shell"
+    script = f"echo '::airflow-gpu-result::{{\"loss\": 1}}'; echo $$ > {shell}; echo ready; setsid sleep 3 &"
     process = subprocess.Popen(wrap(["sh", "-c", script]), env=env, stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None and process.stdout.readline().startswith("::airflow-gpu-result::")
         assert process.stdout.readline() == "ready\n"
-        time.sleep(0.5)  # the shell has exited; its background child still holds the log open
+        wait_until(lambda: not Path(f"/proc/{shell.read_text().strip()}").exists(), "the shell reaped")
         process.terminate()
         out, _ = process.communicate(timeout=30)
     finally:

@@ -182,7 +182,7 @@ def test_a_batch_reclaim_names_the_try_of_a_job_the_observer_has_not_seen_yet(aw
     from tests.operators.test_batch_operator_runs import operator
 
     emulator = aws_default_connection
-    op = operator(command=[sys.executable, "-c", "import time; time.sleep(60)"])
+    op = operator(command=[sys.executable, "-c", "import time; time.sleep(60)"])  # the workload runs on
     op.submit_job({"ti": Ti(), "task_state_store": Store()})  # type: ignore[arg-type]
     job = emulator._job(str(op.job_id))
     wait_for(lambda: job.status == "RUNNING", timeout=60, what="the job to run")

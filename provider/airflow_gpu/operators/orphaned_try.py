@@ -163,13 +163,12 @@ def linger(
     look: Callable[[], Mapping[str, Any] | None],
     live: Callable[[Mapping[str, Any]], bool],
     delete: Callable[[], None],
-    clock: Callable[[], float] = time.monotonic,
     started: Callable[[Mapping[str, Any]], bool] = lambda work: False,
 ) -> str:
     """Watch the work left to a retry until a new follower takes it over, it ends or goes, or ``patience`` runs
     out: then delete it if it never ``started`` (else it is the reaper's: see the module). ``look`` reads it
     (None: gone); a failed look is asked again. Returns what happened; no log line (they fail here)."""
-    deadline = clock() + patience(op, context)
+    deadline = time.monotonic() + patience(op, context)
     while True:
         try:
             work = look()
@@ -181,7 +180,7 @@ def linger(
             return "taken over"
         if work and not live(work):
             return "ended"
-        if clock() >= deadline:
+        if time.monotonic() >= deadline:
             if work and started(work):
                 return "left running"
             with contextlib.suppress(Exception):
