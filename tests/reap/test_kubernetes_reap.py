@@ -116,7 +116,7 @@ def test_a_training_job_is_deleted_with_its_pods_and_service(
     """Foreground, as the operator deletes it: the API's default for a Job would leave its pods training."""
     ti = Ti(1, dag_id="gpu", task_id="train", run_id=RUN)
     pod = {
-        "metadata": {"name": "train-x", "namespace": "default", **pod_marks(ti)},
+        "metadata": {"name": "train-x", "namespace": "default", **pod_marks(ti), "finalizers": [END_HOLD]},
         "spec": {"containers": [{"name": "base", "image": "busybox", "command": ["sleep", "600"]}]},
     }
     manifests = job_manifests(pod, "train-1a2b3c4d", machines=2, port=29500, base_container="base")
@@ -131,10 +131,50 @@ def test_a_training_job_is_deleted_with_its_pods_and_service(
 
     report = reap([cluster(kubernetes_emulator)], airflow, delete=True, grace=NONE)
     assert [(f.resource.kind, f.resource.name) for f in report.orphans] == [("job", "train-1a2b3c4d")]
-    assert report.orphans[0].action == "deleted with its pods (Foreground) and its Service"
+    assert report.orphans[0].action == (
+        "deleted with its pods (Foreground) and its Service; 2 held machines let go"
+    )  # the Job's pod template carries the end hold (utils.training_job): without the release they would stay
     wait_for(lambda: not core.list_namespaced_pod("default", label_selector=selector).items, 60, "the ranks gone")
     wait_for(lambda: not batch.list_namespaced_job("default", label_selector=selector).items, 60, "the Job gone")
     assert not core.list_namespaced_service("default", label_selector=selector).items
+
+
+def test_a_training_job_whose_machines_cannot_be_listed_is_deleted_and_the_next_reap_lets_them_go(
+    kubernetes_emulator: KubernetesEmulator, core: client.CoreV1Api
+) -> None:
+    """The Job's delete succeeded, so its action says so, with the machines it could not let go beside it
+    (not "FAILED": the Job is gone for good). Its held machines, being deleted, are the next reap's."""
+    ti = Ti(1, dag_id="gpu", task_id="train", run_id=RUN)
+    pod = {
+        "metadata": {"name": "train-x", "namespace": "default", **pod_marks(ti), "finalizers": [END_HOLD]},
+        "spec": {"containers": [{"name": "base", "image": "busybox", "command": ["sleep", "600"]}]},
+    }
+    manifests = job_manifests(pod, "train-5e6f7a8b", machines=2, port=29500, base_container="base")
+    batch = client.BatchV1Api(core.api_client)
+    batch.create_namespaced_job("default", manifests["job"])
+    selector = f"{JOB_LABEL}=train-5e6f7a8b"
+    machines = lambda: core.list_pod_for_all_namespaces(label_selector=selector).items  # noqa: E731 (not faulted)
+    wait_for(lambda: sum(p.status.phase == "Running" for p in machines()) == 2, 30, "both ranks running")
+    airflow = RecordedAirflow({("gpu", "train", RUN, -1): InstanceState("failed", 1)})
+    # the reaper lists cluster-wide; only the Job's own listing of its machines is in the namespace
+    kubernetes_emulator.inject_api_fault(verb="list", resource="pods", namespace="default", status=403, times=None)
+
+    first = reap([cluster(kubernetes_emulator)], airflow, delete=True, grace=NONE)
+    assert [(f.resource.kind, f.action) for f in first.orphans] == [(
+        "job", "deleted with its pods (Foreground); its machines not listed (HTTP 403 Forbidden): "
+        "reap again to let them go",
+    )]  # fmt: skip
+    wait_for(lambda: all(p.metadata.deletion_timestamp for p in machines()), 30, "the machines being deleted")
+    assert len(machines()) == 2  # held: the end hold keeps them, and the Job (Foreground) with them
+    kubernetes_emulator.clear_api_faults()
+
+    second = reap([cluster(kubernetes_emulator)], airflow, delete=True, grace=NONE)
+    # Running while its grace lasts, Failed once the SIGTERM ended it: held either way
+    found = sorted((f.resource.kind, f.resource.status.split(", ")[1], f.action) for f in second.orphans)
+    assert found == [("pod", "held (being deleted)", "released: its deletion ends")] * 2
+    wait_for(lambda: not machines(), 60, "the machines gone")
+    wait_for(lambda: not batch.list_namespaced_job("default", label_selector=selector).items, 60, "the Job gone")
+    assert not reap([cluster(kubernetes_emulator)], airflow, grace=NONE).orphans
 
 
 def test_a_pod_the_provider_s_finalizer_keeps_for_a_dead_try_is_released(

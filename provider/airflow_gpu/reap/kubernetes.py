@@ -180,8 +180,8 @@ class KubernetesResources:
                     lambda: self.batch.delete_namespaced_job(name, namespace, body=options), f"deleting Job {name}"
                 )
                 service = self._delete_service(name, namespace, None)
-                self._release_machines(name, namespace)
-                return "deleted with its pods (Foreground)" + (" and its Service" if service else "")
+                machines = self._release_machines(name, namespace)
+                return "deleted with its pods (Foreground)" + (" and its Service" if service else "") + machines
             self._delete_service(name, namespace, preconditions)
             return "deleted"
         except ApiException as error:
@@ -191,17 +191,36 @@ class KubernetesResources:
                 return "left: made anew since it was listed"
             return f"FAILED: HTTP {error.status} {error.reason}"
         except Exception as error:
-            return f"FAILED: {type(error).__name__}: {error}"
+            return f"FAILED: {_why(error)}"
 
-    def _release_machines(self, job: str, namespace: str) -> None:
-        """The held machines of a Job just deleted (``utils.end_hold``): they would keep it in the API."""
+    def _release_machines(self, job: str, namespace: str) -> str:
+        """Let go of the held machines of a Job just deleted (``utils.end_hold``): they would keep it in the API.
+
+        Returns what became of them, for the Job's action. The Job is deleted whatever happens here: a listing
+        or a release that fails is reported beside it, not as the Job's failure, and the next reap finds the
+        machines left held (ended training pods of a task no longer running are candidates of their own)."""
+        from kubernetes.client.exceptions import ApiException
+
         from airflow_gpu.utils.end_hold import END_HOLD
 
-        listed = self._call(lambda: self.core.list_namespaced_pod(namespace, label_selector=f"{JOB_LABEL}={job}"),
-                            f"listing the pods of Job {job}")  # fmt: skip
-        for pod in listed.items:
-            if END_HOLD in (pod.metadata.finalizers or []):
+        try:
+            listed = self._call(lambda: self.core.list_namespaced_pod(namespace, label_selector=f"{JOB_LABEL}={job}"),
+                                f"listing the pods of Job {job}")  # fmt: skip
+        except Exception as error:
+            return f"; its machines not listed ({_why(error)}): reap again to let them go"
+        held = [pod for pod in listed.items if END_HOLD in (pod.metadata.finalizers or [])]
+        failed: list[str] = []
+        for pod in held:
+            try:
                 self._release(pod.metadata.name, namespace, pod.metadata.uid)
+            except ApiException as error:
+                if error.status != 404:  # gone already: nothing holds it
+                    failed.append(f"{pod.metadata.name} ({_why(error)})")
+            except Exception as error:
+                failed.append(f"{pod.metadata.name} ({_why(error)})")
+        if failed:
+            return f"; machines not let go: {', '.join(failed)}: reap again to let them go"
+        return f"; {len(held)} held machine{'s' if len(held) != 1 else ''} let go" if held else ""
 
     def _release(self, name: str, namespace: str, uid: str | None) -> None:
         """Remove the provider's finalizer (``utils.end_hold``) from this very pod: a JSON patch that tests the
@@ -239,6 +258,13 @@ class KubernetesResources:
     @staticmethod
     def _call(fn: Callable[[], Any], what: str) -> Any:
         return api_retry.call(fn, what, budget=BUDGET_SECONDS)
+
+
+def _why(error: BaseException) -> str:
+    status = api_retry.status_of(error)
+    if status:
+        return f"HTTP {status} {getattr(error, 'reason', '')}".rstrip()
+    return f"{type(error).__name__}: {error}"
 
 
 def _in_cluster() -> Any:
