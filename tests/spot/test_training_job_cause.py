@@ -8,6 +8,7 @@ failed rank adds ``FailureTarget``, then every other rank is deleted.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -119,3 +120,55 @@ def test_with_no_rank_reporting_its_end_the_inferred_one_still_decides() -> None
     rank1 = deleted_by_controller(pod(1, "node-b"), asked=2, grace=0)
     result, _ = end([rank0, rank1], {"train-0", "train-1"}, {"node-a": True, "node-b": False}, 3)
     assert result.outcome is Outcome.PREEMPTED
+
+
+def complete_job() -> dict[str, Any]:
+    conditions = [
+        {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached", "lastTransitionTime": at(9)},
+        {"type": "Complete", "status": "True", "reason": "CompletionsReached", "lastTransitionTime": at(9)},
+    ]
+    return {"metadata": {"name": "train"}, "status": {"conditions": conditions, "succeeded": 2}}
+
+
+def profiled_success(rank: int, node: str, signals: list[str], *, drained_at: int | None = None) -> dict[str, Any]:
+    """A rank that exited 0, its base container's termination message holding the profiler's end line
+    (``profiling.termination``: the result, then the end), kept by the end hold; ``drained_at``: a drain's
+    eviction (``DisruptionTarget`` ``EvictionByEvictionAPI``, then the deletion) at that second."""
+    body = pod(rank, node, exit_code=0, finished=8)
+    end = {"exit_code": 0, "signals": signals, "spot_notice": None, "result": "kept" if rank == 0 else "none"}
+    terminated = body["status"]["containerStatuses"][0]["state"]["terminated"]
+    terminated.update(reason="Completed", message="::airflow-gpu-end::" + json.dumps(end))
+    if drained_at is not None:
+        body["status"]["conditions"].append({
+            "type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+            "message": "Eviction API: evicting", "lastTransitionTime": at(drained_at),
+        })  # fmt: skip
+        body["metadata"].update(deletionTimestamp=at(drained_at + 30), deletionGracePeriodSeconds=30)
+    return body
+
+
+def completed(*pods: dict[str, Any]) -> tuple[Any, Any]:
+    seen = JobPods()
+    seen.listed({body["metadata"]["name"]: body for body in pods})
+    ended = job_end(complete_job(), seen, lambda node: True, "train")
+    assert ended is not None
+    return ended
+
+
+def test_a_complete_job_is_a_success_read_from_its_main_machine() -> None:
+    """Both ranks finished; rank 1 was drained after it had (no signal reached its workload): a success."""
+    result, culprit = completed(
+        profiled_success(0, "node-a", []), profiled_success(1, "node-b", [], drained_at=9)
+    )  # fmt: skip
+    assert (result.outcome, culprit["metadata"]["name"]) == (Outcome.SUCCEEDED, "train-0")
+
+
+def test_a_complete_job_one_of_whose_machines_exited_0_on_a_drain_s_sigterm_is_an_interruption() -> None:
+    """Rank 1 traps SIGTERM and exits 0 on the drain's: the controller counts its index complete, and the Job
+    ``Complete``, though that machine stopped mid-way (the profiler's end lists the signal it passed on). As a
+    single pod's run (``classify_pod``), an interruption to run again, not a success without its work."""
+    result, culprit = completed(
+        profiled_success(0, "node-a", []), profiled_success(1, "node-b", ["SIGTERM"], drained_at=5)
+    )  # fmt: skip
+    assert culprit["metadata"]["name"] == "train-1"
+    assert result.outcome is not Outcome.SUCCEEDED and result.interrupted and result.transient

@@ -258,7 +258,7 @@ def job_end(
         return Classification(Outcome.DELETED, "JobDeleted", f"Job {name} was deleted"), None
     conditions = _true_conditions(job)
     if "Complete" in conditions:
-        return Classification(Outcome.SUCCEEDED, "Succeeded", exit_code=0), pods.main()
+        return stopped_rank(pods) or (Classification(Outcome.SUCCEEDED, "Succeeded", exit_code=0), pods.main())
     judged = conditions.get("Failed") or conditions.get("FailureTarget")
     if judged is None:
         return None
@@ -271,6 +271,23 @@ def job_end(
     if "Failed" in conditions:  # final, and no pod that was seen tells why
         return Classification(Outcome.UNKNOWN, reason, f"Job {name} failed: {message}"), None
     return None  # FailureTarget: the failed rank's state is on its way
+
+
+def stopped_rank(pods: JobPods) -> tuple[Classification, dict[str, Any]] | None:
+    """A rank whose success was a stop: it exited 0 on a drain's or a deletion's SIGTERM, as the profiler's end
+    tells (``classifier.ended_on_a_deletion_signal``), so the controller counted its index complete, and the Job
+    ``Complete``, without that machine having finished. The most telling one (``CAUSE_ORDER``), or None.
+    A single pod's run is judged the same way (``classify_pod``); unprofiled, the phase stands."""
+    stopped = [
+        (result, pod)
+        for pod in pods.seen.values()
+        if (pod.get("status") or {}).get("phase") == "Succeeded"
+        and (result := classify_pod(pod)).outcome is not Outcome.SUCCEEDED
+    ]
+    if not stopped:
+        return None
+    order = {outcome: place for place, outcome in enumerate(CAUSE_ORDER)}
+    return min(stopped, key=lambda found: order.get(found[0].outcome, len(order)))
 
 
 class StuckClock:
