@@ -147,124 +147,46 @@ def test_a_deferred_task_rides_out_describe_errors_and_a_lost_resubmission(
     assert [(j["jobName"], j["status"]) for j in jobs] == [("train", "FAILED"), ("train-r1", "SUCCEEDED")]
 
 
-@pytest.mark.parametrize(("max_tries", "stopped"), [(0, True), (1, False)])
-def test_an_outage_past_every_retry_stops_the_job_unless_a_next_try_takes_it_over(
-    aws_default_connection: BatchEmulator, max_tries: int, stopped: bool
-) -> None:
-    """DescribeJobs fails for longer than botocore's attempts and our rounds: the error leaves ``execute``.
-    On the task's last try the job is terminated (nobody would read it); with a try to come it runs on,
-    saved, for that try to take over."""
-    from airflow.sdk.exceptions import AirflowFailException
-
-    emulator, store = aws_default_connection, Store()
-    op = operator(command=[sys.executable, "-c", "import time; time.sleep(60)"])
-    context = {"ti": Ti(max_tries=max_tries), "task_state_store": store}
-    op.submit_job(context)  # type: ignore[arg-type]
-    job = emulator._job(str(op.job_id))
-    wait_for(lambda: job.status == "RUNNING", timeout=60, what="the job to run")
-    emulator.fail("DescribeJobs", "server", times=10_000)
-    with pytest.raises(Exception, match="ServerException") as raised:
-        op.execute(context)  # type: ignore[arg-type]
-    assert not isinstance(raised.value, AirflowFailException)
-    if stopped:
-        wait_for(lambda: job.status == "FAILED", timeout=60, what="the job to stop")
-        assert job.job_stopped_reason.startswith(KILLED[0]) and store["airflow_gpu_batch_job"]["open"] is False
-    else:
-        assert job.status == "RUNNING" and store["airflow_gpu_batch_job"]["open"] is True
-        emulator.client("batch").terminate_job(jobId=job.job_id, reason="test over")
-
-
-def test_mark_failed_while_submit_job_is_in_flight_stops_the_job_it_creates(
-    aws_default_connection: BatchEmulator,
-) -> None:
-    """On a worker: Mark Failed (``on_kill``, from the task runner's SIGTERM handler) while the task's
-    SubmitJob is on its way, Batch creating the job at once and answering 3 s later. ``on_kill`` has no
-    job id to terminate yet; the submission hears of the kill when the answer lands, terminates that job
-    (a ``KILLED`` reason: no later try takes it over) and the task ends instead of following it."""
-    from airflow.sdk.exceptions import AirflowException
-
-    emulator = aws_default_connection
-    op = operator(command=[sys.executable, "-c", "import time; time.sleep(60)"])
-    held = emulator.slow("SubmitJob", 3)
-    raised: list[BaseException] = []
+def orphaned_try_of(op: Any, store: Store, max_tries: int, when: str, emulator: BatchEmulator) -> threading.Thread:
+    """Run try 1 in a thread, and play its supervisor's death once its job is ``when`` (RUNNABLE, RUNNING): the
+    recorded parent pid changes (``_supervisor``), as it does when a Celery worker is SIGKILLed and the task
+    process lives on. The thread ends with the try; what it raised is in ``op.raised``."""
+    op.raised = []
 
     def execute() -> None:
         try:
-            op.execute({"ti": Ti(), "task_state_store": Store()})  # type: ignore[arg-type]
+            op.execute({"ti": Ti(max_tries=max_tries), "task_state_store": store})
         except BaseException as error:
-            raised.append(error)
-
-    task = threading.Thread(target=execute, daemon=True)
-    task.start()
-    try:
-        wait_for(lambda: held.hits == 1, 60, "the SubmitJob to reach Batch")
-        op.on_kill()
-        task.join(20)
-        assert not task.is_alive(), "the task followed the job its SubmitJob created after the kill"
-        (job,) = described(emulator)
-        job = wait_for(lambda: (j := described(emulator)[0])["status"] == "FAILED" and j, 20, "the job to stop")
-    finally:  # a failed test leaves nothing running for the next
-        for running in described(emulator):
-            emulator.client("batch").terminate_job(jobId=running["jobId"], reason="test over")
-        task.join(60)
-    assert job["statusReason"].startswith(KILLED[0]) and "being killed" in job["statusReason"]
-    assert len(raised) == 1 and isinstance(raised[0], AirflowException) and "killed" in str(raised[0])
-
-
-def test_a_deferred_task_whose_first_submission_is_listed_late_stops_the_second_as_listed_late(
-    aws_default_connection: BatchEmulator,
-) -> None:
-    """The worker's SubmitJob loses its answer and ListJobs lists the job past the look-up: the worker
-    sends it again and defers, and the trigger watches for the first job (``watch_duplicates``). Once
-    both are listed it follows the first and terminates the second, with the reason of that cause
-    (``batch_submit``: listed late), not that of two triggerers racing (``batch_resubmission``)."""
-    from airflow_gpu.hooks.batch_submit import DUPLICATE_REASON
-
-    emulator, context = aws_default_connection, {"ti": Ti(), "task_state_store": Store()}
-    emulator.list_lag(3)
-    lost = emulator.fail("SubmitJob", "lost")
-    try:
-        deferred = deferred_tests.defer(context)
-        assert deferred.trigger.serialize()[1]["watch_duplicates"]
-        event = asyncio.run(deferred_tests.first_event(deferred_tests.trigger_of(deferred)))
-    finally:
-        emulator.list_lag(0)
-    assert lost.hits == 1
-    first, second = wait_for(lambda: (js := described(emulator))[1]["status"] == "FAILED" and js, 30, "the stop")
-    assert (event["status"], event["job_id"], event["job_status"]) == ("done", first["jobId"], "SUCCEEDED")
-    assert (second["status"], second["statusReason"]) == ("FAILED", DUPLICATE_REASON)
-
-
-@pytest.mark.parametrize(("max_tries", "stopped"), [(0, True), (1, False)])
-def test_a_try_whose_supervisor_died_stops_acting_and_terminates_its_job_only_on_its_last_try(
-    aws_default_connection: BatchEmulator, max_tries: int, stopped: bool
-) -> None:
-    """The fourth soak: a Celery worker was SIGKILLed, and the task process lived on (Airflow's task runner has
-    a process group of its own), waiting on its job, ready to replace it after a reclaim beside the retry's
-    (``orphaned_try``). It now stops at its next poll: on the task's last try the job is terminated (nobody
-    would read it), else left for the retry to take over; no job is submitted again. The supervisor's death
-    is played by the recorded parent pid changing (``_supervisor``)."""
-    from airflow_gpu.operators.orphaned_try import OrphanedTry
-
-    emulator, store = aws_default_connection, Store()
-    # the workload: a job that runs on (a minute) while the test acts on it, not a wait of the test's
-    op = operator(command=[sys.executable, "-c", "import time; time.sleep(60)"])
-    raised: list[BaseException] = []
-
-    def execute() -> None:
-        try:
-            op.execute({"ti": Ti(max_tries=max_tries), "task_state_store": store})  # type: ignore[arg-type]
-        except BaseException as error:
-            raised.append(error)
+            op.raised.append(error)
 
     task = threading.Thread(target=execute, daemon=True)
     task.start()
     wait_for(lambda: op.job_id, 60, "the job submitted")
     job = emulator._job(str(op.job_id))
-    wait_for(lambda: job.status == "RUNNING", timeout=60, what="the job to run")
-    op._supervisor = -1  # type: ignore[attr-defined]  # another parent now: the supervisor is gone
+    wait_for(lambda: job.status == when, timeout=60, what=f"the job {when}")
+    op._supervisor = -1  # another parent now: the supervisor is gone
+    return task
+
+
+@pytest.mark.parametrize(("max_tries", "stopped"), [(0, True), (1, False)])
+def test_a_try_whose_supervisor_died_stops_acting_and_terminates_its_job_only_on_its_last_try(
+    aws_default_connection: BatchEmulator, max_tries: int, stopped: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fourth soak: a Celery worker was SIGKILLed, and the task process lived on (Airflow's task runner has
+    a process group of its own), waiting on its job, ready to replace it after a reclaim beside the retry's
+    (``orphaned_try``). It now stops at its next poll: on the task's last try the job is terminated (nobody
+    would read it), else left for the retry to take over (here none comes within the patience: the job runs,
+    so it is left to ``airflow-gpu reap``); no job is submitted again."""
+    from airflow_gpu.operators.orphaned_try import OrphanedTry
+
+    monkeypatch.setenv("AIRFLOW__GPU__ORPHANED_TRY_PATIENCE_SECONDS", "1")
+    emulator, store = aws_default_connection, Store()
+    # the workload: a job that runs on (a minute) while the test acts on it, not a wait of the test's
+    op: Any = operator(command=[sys.executable, "-c", "import time; time.sleep(60)"])
+    task = orphaned_try_of(op, store, max_tries, "RUNNING", emulator)
     task.join(60)
-    assert not task.is_alive() and isinstance(raised[0], OrphanedTry)
+    assert not task.is_alive() and isinstance(op.raised[0], OrphanedTry)
+    job = emulator._job(str(op.job_id))
     if stopped:
         wait_for(lambda: job.status == "FAILED", timeout=60, what="the job to stop")
         assert job.job_stopped_reason.startswith(KILLED[0])
@@ -272,3 +194,54 @@ def test_a_try_whose_supervisor_died_stops_acting_and_terminates_its_job_only_on
         assert job.status == "RUNNING" and store["airflow_gpu_batch_job"]["open"] is True
         emulator.client("batch").terminate_job(jobId=job.job_id, reason="test over")
     assert len(described(emulator)) == 1  # nothing submitted again
+
+
+def test_an_orphan_cancels_the_job_left_for_a_retry_that_never_came_if_it_never_started(
+    aws_default_connection: BatchEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fourth soak's live orphan, on Batch: the worker died while the job waited for an instance, then the
+    task was marked success, so no retry came. Past its patience the orphan cancels the job, which would
+    otherwise start later for nobody (nothing ran: nothing is lost)."""
+    from airflow_gpu.operators import orphaned_try
+
+    monkeypatch.setenv("AIRFLOW__GPU__ORPHANED_TRY_PATIENCE_SECONDS", "1")
+    monkeypatch.setattr(orphaned_try, "LOOK_SECONDS", 0.2)
+    emulator, store = aws_default_connection, Store()
+    emulator.stall("gpu-spot-ce")
+    op: Any = operator(spot={"capacity_timeout": 600})
+    task = orphaned_try_of(op, store, 1, "RUNNABLE", emulator)
+    task.join(60)
+    assert not task.is_alive() and isinstance(op.raised[0], orphaned_try.OrphanedTry)
+    (job,) = wait_for(lambda: (js := described(emulator))[0]["status"] == "FAILED" and js, 30, "the job cancelled")
+    assert job["statusReason"].startswith(KILLED[0]) and "left for a retry that did not come" in job["statusReason"]
+    assert "startedAt" not in job  # it never ran
+
+
+def test_an_orphan_leaves_its_job_to_the_retry_that_tags_it_taken_over(
+    aws_default_connection: BatchEmulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The orphan watches the job it left (``orphaned_try.linger``): the retry reattaches and tags the job with
+    its mark (``TagResource``), the orphan leaves long before its patience, and the retry reads the job's
+    result: one job, run once."""
+    from airflow_gpu.operators import orphaned_try
+
+    monkeypatch.setenv("AIRFLOW__GPU__ORPHANED_TRY_PATIENCE_SECONDS", "600")
+    monkeypatch.setattr(orphaned_try, "LOOK_SECONDS", 0.2)
+    emulator, store, hold = aws_default_connection, Store(), tmp_path / "release"
+    held = f"import pathlib, time\nwhile not pathlib.Path({str(hold)!r}).exists(): time.sleep(0.1)\n{RESULT}"
+    first: Any = operator(command=[sys.executable, "-c", held])
+    orphan = orphaned_try_of(first, store, 1, "RUNNING", emulator)
+    retry: Any = operator(command=[sys.executable, "-c", held])
+    result: list[Any] = []
+    taking = threading.Thread(
+        target=lambda: result.append(retry.execute({"ti": Ti(2, max_tries=1), "task_state_store": store})),
+        daemon=True,
+    )
+    taking.start()
+    orphan.join(60)
+    assert not orphan.is_alive() and isinstance(first.raised[0], orphaned_try.OrphanedTry)
+    (job,) = described(emulator)
+    assert job["status"] == "RUNNING" and job["tags"][orphaned_try.TAKEN_ANNOTATION] == retry._taker
+    hold.touch()
+    taking.join(120)
+    assert result == [{"loss": 0.25}] and len(described(emulator)) == 1

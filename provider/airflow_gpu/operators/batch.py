@@ -184,6 +184,8 @@ class GPUBatchOperator(BatchSubmission, BatchDeferral, BatchOperator):
             context["ti"].xcom_push(key=JOB_ID_XCOM_KEY, value=self.job_id)  # this try's XCom starts empty
             made_by = str((job.get("tags") or {}).get(TRY_TAG) or "")
             self._earlier_try = made_by if made_by != str(context["ti"].try_number) else None
+            if self._earlier_try is not None and job["status"] not in FINAL:  # its maker, orphaned, leaves it
+                orphaned_try.mark_job_taken(self, job)
         return job
 
     def _ended_already(self) -> bool:
@@ -229,7 +231,8 @@ class GPUBatchOperator(BatchSubmission, BatchDeferral, BatchOperator):
         if not self.job_id or self._killing:
             return
         if orphaned_try.orphaned(self):  # its supervisor died (``orphaned_try``): no log line, they fail here
-            return orphaned_try.stop_job(self, context, str(self.job_id))
+            orphaned_try.stop_job(self, context, str(self.job_id))
+            return
         if int(ti.try_number) <= int(getattr(ti, "max_tries", 0) or 0):
             self.log.warning("Job %s is left to the next try, which takes it over (%s)", self.job_id, error)
             return

@@ -42,8 +42,8 @@ from typing import Any
 
 from airflow_gpu.utils import end_hold
 
-#: Written on a pod or training Job by the try that takes it over from an earlier one: the orphan that
-#: made it sees the work is followed again and leaves it (``linger``).
+#: Written on a pod or training Job (an annotation), or a Batch job (a tag), by the try that takes it over from
+#: an earlier one: the orphan that made it sees the work is followed again and leaves it (``linger``).
 TAKEN_ANNOTATION = "airflow-gpu/taken-over-by"
 
 #: Seconds on top of Airflow's own times (``patience``) for the retry to be queued, started and to reach the work.
@@ -164,24 +164,29 @@ def linger(
     live: Callable[[Mapping[str, Any]], bool],
     delete: Callable[[], None],
     started: Callable[[Mapping[str, Any]], bool] = lambda work: False,
+    marks: Callable[[Mapping[str, Any]], Mapping[str, Any] | None] = lambda work: work.get("metadata"),
 ) -> str:
     """Watch the work left to a retry until a new follower takes it over, it ends or goes, or ``patience`` runs
     out: then delete it if it never ``started`` (else it is the reaper's: see the module). ``look`` reads it
-    (None: gone); a failed look is asked again. Returns what happened; no log line (they fail here)."""
+    (None: gone); a failed look is asked again, and the last one read decides at the end (none read: deleted,
+    nothing being known to run). ``marks`` finds the metadata a taking try writes ``TAKEN_ANNOTATION`` in (a
+    pod's or a Job's; a Batch job's tags, as annotations). Returns what happened; no log line (they fail here)."""
     deadline = time.monotonic() + patience(op, context)
+    known: Mapping[str, Any] = {}
     while True:
         try:
             work = look()
-        except Exception:  # the API: look again, and still delete in time
+        except Exception:  # the API: look again, and still decide in time
             work = {}
         if work is None:
             return "gone"
-        if work and taken_by_another(op, work.get("metadata")):
+        known = work or known
+        if work and taken_by_another(op, marks(work)):
             return "taken over"
         if work and not live(work):
             return "ended"
         if time.monotonic() >= deadline:
-            if work and started(work):
+            if known and started(known):
                 return "left running"
             with contextlib.suppress(Exception):
                 delete()
@@ -222,18 +227,50 @@ def settle(op: Any, pod: Any, taken_over: bool, context: Any = None) -> None:
     return None
 
 
-def stop_job(op: Any, context: Any, job_id: str) -> None:
-    """An AWS Batch job (``GPUBatchOperator``): left to the retry that takes it over (its saved state), else
-    terminated. The orphan does not watch a Batch job (a taking try marks none yet): one left for a retry that
-    never comes (the task marked success or failed after the worker died) runs to its end, and
-    ``airflow-gpu reap`` finds it."""
+def stop_job(op: Any, context: Any, job_id: str) -> str:
+    """An AWS Batch job (``GPUBatchOperator``): on the task's last try terminated, nobody would read it; else
+    left to the retry that takes it over (its saved state) and watched (``linger``) as a pod is: the retry tags
+    it (``mark_job_taken``). A job no retry came for (the task marked success or failed after the worker died)
+    is terminated past the patience if it never started (SUBMITTED to RUNNABLE: cancelled, nothing lost), and
+    left to ``airflow-gpu reap`` if it runs. Its calls are the bare client's: the hook's log lines fail here."""
     from airflow_gpu.spot.batch import KILLED
 
     ti = context["ti"]
-    if int(ti.try_number) <= int(getattr(ti, "max_tries", 0) or 0):  # as ``_stop_unless_taken_over`` judges
-        return
-    with contextlib.suppress(Exception):
-        op.gpu_hook.terminate(job_id, f"{KILLED[0]} (the task's supervisor died on its last try)")
+    api = op.gpu_hook.api
+
+    def terminate(why: str) -> None:
+        with contextlib.suppress(Exception):
+            api.terminate_job(jobId=job_id, reason=f"{KILLED[0]} ({why})")
+
+    if int(ti.try_number) > int(getattr(ti, "max_tries", 0) or 0):  # as ``_stop_unless_taken_over`` judges
+        terminate("the task's supervisor died on its last try")
+        return "terminated"
+
+    def look() -> Mapping[str, Any] | None:
+        jobs = api.describe_jobs(jobs=[job_id])["jobs"]
+        return jobs[0] if jobs else None  # a job this old is known to DescribeJobs: absent is gone (purged)
+
+    return linger(
+        op, context, look, lambda job: job.get("status") not in ("SUCCEEDED", "FAILED"),
+        lambda: terminate("left for a retry that did not come"),
+        started=lambda job: job.get("status") in ("STARTING", "RUNNING"),
+        marks=lambda job: {"annotations": job.get("tags") or {}},
+    )  # fmt: skip
+
+
+def mark_job_taken(op: Any, job: Mapping[str, Any]) -> None:
+    """Tag a Batch job this try took over from an earlier one (``TagResource``, granted by the shipped policy), so
+    that the try that made it, if it lives on orphaned, leaves it (``stop_job``). Unmarked, it would cancel the
+    job should it still wait for an instance past its patience: the task log says so at ERROR."""
+    from airflow_gpu.utils.batch_retries import retry_transient
+
+    tags = {TAKEN_ANNOTATION: str(getattr(op, "_taker", "") or "unknown")}
+    try:
+        retry_transient(f"TagResource {job['jobId']}",
+                        lambda: op.gpu_hook.api.tag_resource(resourceArn=job["jobArn"], tags=tags), op.log)  # fmt: skip
+    except Exception as error:
+        op.log.error("Could not tag job %s as taken over by this try (%s): if the try that made it lives on "
+                     "orphaned, it cancels the job should it not have started", job["jobId"], error)  # fmt: skip
 
 
 def settle_orphaned(op: Any, pod: Any) -> None:
