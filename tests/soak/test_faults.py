@@ -190,3 +190,27 @@ def test_a_batch_reclaim_names_the_try_of_a_job_the_observer_has_not_seen_yet(aw
     fault = Fault(1, 0.0, "batch_reclaim")
     Injector(7, 1, 1.0, context, lambda _: None)._batch_reclaim(fault, random.Random(1))
     assert fault.target == job.job_id and fault.key == ("gpu_dag", "train", "manual__1", -1, 1)
+
+
+def test_a_second_batch_reclaim_spares_the_attempt_a_first_one_is_stopping(aws_default_connection: Any) -> None:
+    """The seventh soak judged a Batch training's one recorded interruption against two reclaims: the second
+    found the attempt the first was stopping still RUNNING (its workload within the stop timeout) and reclaimed
+    it again, which ends it once. Such an attempt is no target; the next attempt is."""
+    from tests.operators.task_context import Store, Ti
+    from tests.operators.test_batch_operator_runs import operator
+
+    emulator = aws_default_connection
+    slow_to_stop = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    op = operator(command=[sys.executable, "-c", slow_to_stop])  # stays RUNNING for the stop timeout (5 s)
+    op.submit_job({"ti": Ti(), "task_state_store": Store()})  # type: ignore[arg-type]
+    job = emulator._job(str(op.job_id))
+    wait_for(lambda: job.status == "RUNNING", timeout=60, what="the job to run")
+    context = Context(None, None, emulator, None, None, JustStarted())  # type: ignore[arg-type]
+    injector = Injector(7, 2, 1.0, context, lambda _: None)
+    injector._wait_for = lambda find, *args, **kwargs: find()  # type: ignore[method-assign]  # one look each
+    first, second = Fault(1, 0.0, "batch_reclaim"), Fault(2, 0.1, "batch_reclaim")
+    injector._batch_reclaim(first, random.Random(1))
+    injector._batch_reclaim(second, random.Random(1))
+    assert first.target == job.job_id and first.outcome != "skipped"
+    assert job.status == "RUNNING" and second.outcome == "skipped"
+    emulator.client("batch").terminate_job(jobId=job.job_id, reason="test over")

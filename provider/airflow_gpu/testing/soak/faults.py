@@ -320,10 +320,11 @@ class Injector(threading.Thread):
     def _batch_reclaim(self, fault: Fault, rng: random.Random) -> None:
         running = self._wait_for(
             lambda: sorted(
-                (j for j in self.context.batch.jobs() if j.status == "RUNNING" and j.job_queue.name == "gpu-spot"),
+                (j for j in self.context.batch.jobs()
+                 if j.status == "RUNNING" and j.job_queue.name == "gpu-spot" and _not_stopping(j)),
                 key=lambda j: j.job_id,
             )
-        )
+        )  # fmt: skip
         if not running:
             fault.outcome = "skipped"
             return
@@ -470,3 +471,11 @@ class Injector(threading.Thread):
             "only_failed": False, "only_running": False, "reset_dag_runs": True,
         }  # fmt: skip
         self.context.stack.request("POST", f"/api/v2/dags/{task['dag_id']}/clearTaskInstances", body)
+
+
+def _not_stopping(job: Any) -> bool:
+    """A running Batch job no reclaim or TerminateJob is stopping yet (a multi-node job: its main node, which a
+    reclaim takes): a second reclaim of an attempt already going is the same interruption, not another (the
+    seventh soak counted two for one attempt of a Batch training)."""
+    node = getattr(job, "main", None) or job
+    return node.reclaim is None and node.termination is None and job.termination is None
