@@ -35,6 +35,7 @@ extensions = [
     "sphinx_copybutton",
     "catalog_table",
     "operator_arguments",
+    "troubleshooting_entries",
 ]
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"

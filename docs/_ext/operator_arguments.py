@@ -4,14 +4,17 @@ provider adds, the ones it takes over from the base operator (declared again, of
 default), and the ones passed on untouched to ``KubernetesPodOperator``, ``BatchOperator`` or
 Airflow's ``BaseOperator``, each linked (intersphinx) to the class that documents it.
 
-Read from the code, the table cannot drift from it; the operator's own docstring, rendered by
-autodoc beside it, says what each new argument means.
+Read from the code, the table cannot drift from it. What a new or overridden argument means is its
+``:param:`` field in the docstring of the provider's class that declares it (``meanings``), so that
+a reader has type, default and meaning on one row; an inherited one links to the class that
+documents it.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +37,7 @@ class Argument:
     default: str
     origin: str  # "new", "overridden" or "inherited"
     base: str | None  # the base class that declares it (overridden, inherited), dotted
+    meaning: str = ""  # its ``:param:`` text in the provider's docstrings (new, overridden)
 
 
 def _dotted(cls: type) -> str:
@@ -69,6 +73,24 @@ def _annotation(parameter: inspect.Parameter) -> str:
     return inspect.formatannotation(parameter.annotation)
 
 
+#: A ``:param name:`` field and its continuation lines (indented deeper than the field).
+_PARAM = re.compile(
+    r"^(?P<indent>[ \t]*):param (?:[^:]+ )?(?P<name>\w+):(?P<text>.*(?:\n(?P=indent)[ \t]+\S.*)*)", re.M
+)
+
+
+def meanings(cls: type) -> dict[str, str]:
+    """``:param:`` texts of ``cls`` and of the provider's classes it derives from, the nearest first, each
+    on one line (a field that says "or" to run on into the next, as ``job_queue``'s, keeps its words)."""
+    found: dict[str, str] = {}
+    for klass in cls.__mro__:
+        if klass.__module__.split(".")[0] != OURS:
+            continue
+        for field in _PARAM.finditer(inspect.cleandoc(klass.__doc__ or "")):
+            found.setdefault(field["name"], " ".join(field["text"].split()))
+    return found
+
+
 def arguments(cls: type) -> list[Argument]:
     """Every argument of ``cls`` in the order a reader wants them: new, overridden, then inherited
     by base class (nearest first), each in its declaration order.
@@ -78,6 +100,7 @@ def arguments(cls: type) -> list[Argument]:
     ``__init__`` passes it on in ``**kwargs``)."""
     ours = [c for c in cls.__mro__ if c.__module__.split(".")[0] == OURS]
     bases = [c for c in cls.__mro__ if c.__module__.split(".")[0] != OURS]
+    said = meanings(cls)
     found: dict[str, Argument] = {}
     for klass in ours:
         for name, parameter in _declared(klass).items():
@@ -90,6 +113,7 @@ def arguments(cls: type) -> list[Argument]:
                     _shown(parameter.default),
                     "overridden" if base else "new",
                     _dotted(base) if base else None,
+                    said.get(name, ""),
                 ),
             )
     for klass in bases:
@@ -111,11 +135,12 @@ def rst_table(cls: type) -> list[str]:
     lines = [
         ".. list-table::",
         "   :header-rows: 1",
-        "   :widths: 20 35 20 25",
+        "   :widths: 16 22 14 30 18",
         "",
         "   * - Argument",
         "     - Type",
         "     - Default",
+        "     - Meaning",
         "     - From",
     ]
     for argument in arguments(cls):
@@ -129,6 +154,7 @@ def rst_table(cls: type) -> list[str]:
             f"   * - ``{argument.name}``",
             f"     - {_cell(' '.join(argument.annotation.split()))}",
             f"     - {_cell(argument.default)}",
+            f"     - {argument.meaning or ('see ' + short if short else '')}",
             f"     - {origin}",
         ]
     return lines

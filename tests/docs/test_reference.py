@@ -98,3 +98,16 @@ def test_shipped_task_sdk_inventory_is_of_the_installed_sdk() -> None:
     assert {BASE, "airflow.sdk.DAG", "airflow.sdk.Param", "airflow.sdk.task"} <= listed
     assert all(hasattr(airflow.sdk, dotted.removeprefix("airflow.sdk.")) for dotted in listed)
     assert all(line.split()[3] == f"api.html#{line.split()[0]}" for line in lines)  # one page, anchored by name
+
+
+@pytest.mark.parametrize("cls", [GPUKubernetesOperator, GPUBatchOperator, AccelerateTrainOperator])
+def test_every_new_or_overridden_argument_says_what_it_means(cls: type) -> None:
+    """The table's Meaning column is the ``:param:`` field of the provider's docstring: an argument added
+    without one would show a blank meaning. An inherited one points to the class that documents it."""
+    args = operator_arguments.arguments(cls)
+    blank = [a.name for a in args if a.origin != "inherited" and not a.meaning]
+    assert not blank, f"{cls.__name__}: no :param: for {blank}"
+    table = "\n".join(operator_arguments.rst_table(cls))
+    accelerator = next(a for a in args if a.name == "accelerator")
+    assert accelerator.meaning in table and "\n" not in accelerator.meaning
+    assert "see KubernetesPodOperator" in table or "see BatchOperator" in table or "see BaseOperator" in table

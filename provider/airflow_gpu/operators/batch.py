@@ -92,9 +92,10 @@ class GPUBatchOperator(BatchSubmission, BatchDeferral, BatchOperator):
         command as its arguments). ``[]``: none; ``"execs-arguments"``: one that runs its arguments as
         a command (ends in ``exec "$@"``). The command is wrapped only where the ENTRYPOINT passes it on;
         otherwise the job runs unprofiled, and the profile's note says why (docs/profiling.rst).
+    :param job_name: the jobs' name (default: the task id), templated; a mapped task's jobs get
+        ``-m<map index>``, a replacement ``-r<N>``, so that the console tells them apart.
 
-    Every ``BatchOperator`` argument works too; ``job_name`` is templated, and a mapped task's
-    jobs get ``-m<map index>``. The task's return value is the JSON of the last
+    Every ``BatchOperator`` argument works too. The task's return value is the JSON of the last
     ``::airflow-gpu-result::<json>`` line the job printed, else None, with a warning that says why
     (the log could not be read, or it has no such line); never the job id, which XCom
     ``batch_job_id`` holds.

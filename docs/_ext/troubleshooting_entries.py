@@ -5,7 +5,15 @@ failing ``Decision`` of the spot policy (the run-time failure of both GPU operat
 is the longest literal fragment of its text (an f-string's placeholders cut it), which stays stable
 when the values around it change; a message held in a variable is read from the variable's assignment
 in the same function. Sites whose text is made elsewhere (``MADE_ELSEWHERE``) are listed by place, so
-that a new one is looked at. docs/troubleshooting.rst must hold every key (tests/docs/test_troubleshooting.py).
+that a new one is looked at.
+
+docs/troubleshooting.rst must hold every message, and no entry for a message that is gone: as a Sphinx
+extension this fails the docs build (``-W``) on either (``check``); tests/docs/test_troubleshooting.py
+asks the same of the scan, and that the scan sees what it must.
+
+An entry is a definition-list term, the message in double backquotes with each value written
+``<...>``; it covers a message when the message's text, its placeholders matching any value, is the
+whole term.
 """
 
 from __future__ import annotations
@@ -15,8 +23,12 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 PROVIDER = Path(__file__).resolve().parents[2] / "provider" / "airflow_gpu"
+PAGE = Path(__file__).resolve().parents[1] / "troubleshooting.rst"
+TERM = re.compile(r"^``(.+)``$", re.MULTILINE)
+PLACEHOLDER = re.compile(r"<[^<>]*>")
 #: Exceptions a DAG author meets: at parse time (bad arguments, a missing extra) or as the task's failure.
 USER_FACING = frozenset({
     "AcceleratorSpecError", "ValueError", "TypeError", "ImportError", "AirflowException", "AirflowFailException",
@@ -128,3 +140,48 @@ def literals() -> set[str]:
 
 def normalised(text: str) -> str:
     return re.sub(r"\s+", " ", text)
+
+
+def terms() -> list[str]:
+    """The page's entries: its definition-list terms that are a message in double backquotes."""
+    return [normalised(t) for t in TERM.findall(PAGE.read_text(encoding="utf-8"))]
+
+
+def covers(term: str, message: Message) -> bool:
+    assert message.template is not None
+    pattern = ".+?".join(re.escape(part) for part in normalised(message.template).split("{}"))
+    return re.fullmatch(pattern, term, re.DOTALL) is not None
+
+
+def missing() -> list[str]:
+    """The messages the page has no entry for."""
+    written = terms()
+    return sorted({m.template for m in messages() if m.template is not None and m.key is not None
+                   and not any(covers(t, m) for t in written)})  # fmt: skip
+
+
+def stale() -> list[str]:
+    """The entries whose text the code writes nowhere: a message that is gone, or misquoted."""
+    written = literals()
+    return [
+        term for term in terms()
+        if not any(max((f.strip() for f in PLACEHOLDER.split(term)), key=len) in text for text in written)
+    ]  # fmt: skip
+
+
+def check(app: Any, env: Any) -> None:
+    """``env-check-consistency``: each message without an entry, and each stale entry, is a warning."""
+    from sphinx.util import logging
+
+    log = logging.getLogger(__name__)
+    for message in missing():
+        log.warning("no entry in troubleshooting.rst for the error message %r (add one: cause and fix)", message,
+                    location="troubleshooting")  # fmt: skip
+    for term in stale():
+        log.warning("troubleshooting.rst has an entry for a message the code no longer has: %r", term,
+                    location="troubleshooting")  # fmt: skip
+
+
+def setup(app: Any) -> dict[str, Any]:
+    app.connect("env-check-consistency", check)
+    return {"parallel_read_safe": True}
