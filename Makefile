@@ -16,7 +16,7 @@ unexport PYTHONDONTWRITEBYTECODE
 # Programs outside Python (tools/system-packages.txt): installed when missing, or named in one line.
 SYSTEM_PACKAGES := $(PYTHON) tools/system_packages.py ensure
 
-.PHONY: install system-packages-test demo tour test test-quick test-floor lint typecheck docs pytest bench clean soak
+.PHONY: install system-packages-test demo tour test test-quick test-floor lint typecheck docs docs-screenshots pytest bench clean soak
 
 $(BIN)/python:
 	$(SYSTEM_PACKAGES) venv
@@ -60,6 +60,14 @@ typecheck: install
 
 docs: install
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+
+# The docs' screenshots of Airflow's UI, taken anew: the browser test's steps on a real Airflow (the run's
+# grid, a task's GPU Profile tab, the run's), copied from its artifacts into docs/.
+docs-screenshots: install
+	$(BIN)/pytest -q -p no:cacheprovider tests/e2e/test_gpu_profile_browser.py
+	cp test-artifacts/browser/05-run-succeeded.png docs/gpu-profile-grid.png
+	cp test-artifacts/browser/06-task-gpu-profile.png docs/gpu-profile-task.png
+	cp test-artifacts/browser/07-run-gpu-profile.png docs/gpu-profile-run.png
 
 # Every test, end-to-end included; the 15 slowest are listed at the end so that the cost stays visible.
 # Four workers on two cores: one runs the end-to-end tests on the shared Airflow stack (tests/conftest.py
