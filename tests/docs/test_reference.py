@@ -111,3 +111,18 @@ def test_every_new_or_overridden_argument_says_what_it_means(cls: type) -> None:
     accelerator = next(a for a in args if a.name == "accelerator")
     assert accelerator.meaning in table and "\n" not in accelerator.meaning
     assert "see KubernetesPodOperator" in table or "see BatchOperator" in table or "see BaseOperator" in table
+
+
+def test_the_hooks_tables_list_what_they_take_from_the_official_hooks() -> None:
+    """The hooks add no argument: their tables list the official hooks' (connection, context, config), each
+    marked inherited from the class that declares it."""
+    from airflow.providers.amazon.aws.hooks.batch_client import BatchClientHook
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+    from airflow_gpu.hooks.batch import GPUBatchHook
+    from airflow_gpu.hooks.kubernetes import GPUKubernetesHook
+
+    kubernetes, batch = by_name(GPUKubernetesHook), by_name(GPUBatchHook)
+    assert _named(KubernetesHook) <= set(kubernetes) and _named(BatchClientHook) <= set(batch)
+    assert {a.origin for a in (*kubernetes.values(), *batch.values())} == {"inherited"}
+    assert batch["aws_conn_id"].base == "airflow.providers.amazon.aws.hooks.base_aws.AwsGenericHook"
