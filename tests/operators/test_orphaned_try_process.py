@@ -68,8 +68,8 @@ def alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    with open(f"/proc/{pid}/stat") as stat:  # reaped by init, or a zombie nobody reaps yet
-        return stat.read().split(") ", 1)[1].split()[0] != "Z"
+    stat = Path(f"/proc/{pid}/stat").read_text()  # reaped by init, or a zombie nobody reaps yet
+    return stat.split(") ", 1)[1].split()[0] != "Z"
 
 
 def test_a_task_process_whose_supervisor_was_killed_deletes_its_pod_on_its_last_try_and_ends(
