@@ -64,11 +64,11 @@ time.sleep(3600)
 
 
 def alive(pid: int) -> bool:
+    """Running: not gone (reaped by init), and not a zombie that no one has reaped yet."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
         return False
-    stat = Path(f"/proc/{pid}/stat").read_text()  # reaped by init, or a zombie nobody reaps yet
     return stat.split(") ", 1)[1].split()[0] != "Z"
 
 
