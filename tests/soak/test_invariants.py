@@ -260,3 +260,21 @@ def test_a_judged_training_job_and_its_service_are_not_live() -> None:
             "status": {"conditions": [{"type": "Complete", "status": "True"}]}}  # fmt: skip
     observer._on_object("job", "MODIFIED", done, "j", 2.0)
     assert observer.live_objects() == []
+
+
+def test_a_drain_counts_the_pods_it_evicted_by_name_even_one_made_after_it_was_drawn() -> None:
+    """The eighth soak: a drain drawn at 51.4 s evicted at 53.2 s a pod made at 53.0 s; counted by the fault's
+    moment, that eviction was no drain's, and the try's second recorded interruption a mismatch. The pods a
+    drain names are counted, on that node (or not seen placed yet), and no other."""
+    from types import SimpleNamespace
+
+    from airflow_gpu.testing.soak.runner import drain_evictions
+
+    early, late, elsewhere = pod("early", 40.0, None), pod("late", 53.0, None), pod("elsewhere", 30.0, None)
+    early.node, elsewhere.node = "gpu-spot-1", "gpu-spot-2"
+    other = (*KEY[:4], 2)
+    unseen = pod("unseen", 52.0, None, key=other)  # evicted before the observer saw it placed
+    observer = SimpleNamespace(pods={p.name + "-uid": p for p in (early, late, elsewhere, unseen)})
+    drain = Fault(1, 51.4, "k8s_node_drain", target="gpu-spot-1", evicted=("early", "late", "unseen"))
+    skipped = Fault(2, 60.0, "k8s_node_drain", outcome="skipped", evicted=("elsewhere",))
+    assert drain_evictions(observer, [drain, skipped]) == {KEY: 2, other: 1}  # type: ignore[arg-type]

@@ -55,6 +55,7 @@ class Fault:
     recovered_at: float | None = None
     pod_outcome: str | None = None  # a reclaimed pod: what it had ended as once the reclaim played out
     group: str | None = None  # a reclaimed pod of a training: its Job (one interruption per Job)
+    evicted: tuple[str, ...] = ()  # a drain: the pods it evicted, by name (its moment is later than ``at``)
 
     def line(self) -> str:
         stamp = time.strftime("%H:%M:%S", time.localtime(self.at)) + f".{int(self.at * 1000) % 1000:03d}"
@@ -265,7 +266,7 @@ class Injector(threading.Thread):
         node = rng.choice(busy)
         fault.target = node
         evicted = self.context.kubernetes.drain(node)
-        fault.detail = f"evicted {len(evicted)}"
+        fault.detail, fault.evicted = f"evicted {len(evicted)}", tuple(evicted)
         time.sleep(rng.uniform(5, 10))
         self.context.kubernetes.cordon(node, False)
         fault.recovered_at = time.time()
