@@ -443,3 +443,43 @@ def test_a_deferred_training_whose_main_pod_went_with_its_node_reads_the_pod_its
     assert ended is not None and ended.pods.main() == main
     output, unread = machine_logs(run, LostNodeClient()).main_output(ended.pods.main())
     assert unread is None and output is not None and output.result == {"loss": 0.25}
+
+
+def test_a_machine_reclaimed_once_the_main_machine_finished_with_its_result_leaves_the_training_a_success(
+    kubernetes_default_connection: KubernetesEmulator,
+) -> None:
+    """The eighth soak: the main machine (rank 0) printed its result and exited 0; rank 1, still at torch's exit
+    barrier, was then reclaimed, the Job failed (``backoffLimit: 0``), and the operator ran the finished training
+    again (a Job made after a success). The training finished: the task returns the main machine's result, with
+    one Job and no interruption recorded. The machines' termination message holds what the profiler writes at a
+    finish (its result and end lines: ``SIMULATED_MESSAGE``)."""
+    emulator = kubernetes_default_connection
+    end = {"v": 1, "exit_code": 0, "signals": [], "spot_notice": None, "result": "kept"}
+    op = AccelerateTrainOperator(
+        task_id="train", training_script=SCRIPT, target="kubernetes", accelerator="L4", num_machines=2,
+        image="simulated.local/train:1", gpu_profile=False, namespace="default", poll_interval=0.2,
+        env={"SIMULATED_SECONDS": "600", "SIMULATED_OUTPUT": f"training\n{RESULT}",
+             "SIMULATED_MESSAGE": f"{RESULT}\n::airflow-gpu-end::{json.dumps(end)}"},
+    )  # fmt: skip
+    ctx, result, failure = context(1), [], []
+
+    def run() -> None:
+        try:
+            result.append(op.execute(ctx))  # type: ignore[arg-type]
+        except BaseException as error:  # handed to the test's thread
+            failure.append(error)
+
+    with JobHistory(emulator) as history:
+        worker = threading.Thread(target=run, daemon=True)
+        worker.start()
+        job = wait_for(lambda: next(iter(jobs(emulator)), None), 60, "the training Job")
+        main, other = running_rank(emulator, job, 0), running_rank(emulator, job, 1)
+        emulator.finish(main)  # the training's end, on the main machine
+        core = apis(emulator)[1]
+        wait_for(lambda: core.read_namespaced_pod(main, "default").status.phase == "Succeeded", 30, "rank 0 done")
+        emulator.preempt(other, "default", 0)  # rank 1 lost at the exit barrier
+        worker.join(120)
+    assert not worker.is_alive() and not failure, failure
+    assert result == [{"loss": 0.25}]
+    assert history.created() == [job]  # never run again
+    assert ctx["ti"].xcom.get("gpu_interruptions", []) == []

@@ -278,3 +278,24 @@ def test_a_drain_counts_the_pods_it_evicted_by_name_even_one_made_after_it_was_d
     drain = Fault(1, 51.4, "k8s_node_drain", target="gpu-spot-1", evicted=("early", "late", "unseen"))
     skipped = Fault(2, 60.0, "k8s_node_drain", outcome="skipped", evicted=("elsewhere",))
     assert drain_evictions(observer, [drain, skipped]) == {KEY: 2, other: 1}  # type: ignore[arg-type]
+
+
+def test_a_reclaim_of_a_machine_of_a_training_whose_main_machine_finished_is_no_interruption() -> None:
+    """The eighth soak: rank 1 was reclaimed at torch's exit barrier once rank 0 had printed its result, and the
+    provider ran the finished training again. A Job whose main machine (rank 0) ended ``Succeeded`` finished:
+    its other machines' reclaims are none, and recording one is a mismatch."""
+
+    def machine(name: str, job: str, rank: str, outcome: str) -> Workload:
+        made = pod(name, 0, 10, outcome)
+        made.group, made.marks = job, {"labels": {"batch.kubernetes.io/job-completion-index": rank}}
+        return made
+
+    history = [machine("a-0", "a", "0", "Succeeded"), machine("a-1", "a", "1", "Failed"),
+               machine("b-0", "b", "0", "Failed"), machine("b-1", "b", "1", "Succeeded")]  # fmt: skip
+    finished = invariants.finished_trainings(history)
+    assert finished == {"a"}  # b's main machine failed: its rank 1's success finishes nothing
+    late = [Fault(1, 9.0, "k8s_reclaim_running", key=KEY, group="a")]
+    assert invariants.interruptions({KEY: 0}, late, {}, finished).ok
+    assert not invariants.interruptions({KEY: 1}, late, {}, finished).ok
+    early = [Fault(1, 5.0, "k8s_reclaim_running", key=KEY, group="b")]
+    assert invariants.interruptions({KEY: 1}, early, {}, finished).ok

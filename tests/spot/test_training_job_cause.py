@@ -130,12 +130,16 @@ def complete_job() -> dict[str, Any]:
     return {"metadata": {"name": "train"}, "status": {"conditions": conditions, "succeeded": 2}}
 
 
-def profiled_success(rank: int, node: str, signals: list[str], *, drained_at: int | None = None) -> dict[str, Any]:
+def profiled_success(
+    rank: int, node: str, signals: list[str], *, drained_at: int | None = None, result: bool | None = None
+) -> dict[str, Any]:
     """A rank that exited 0, its base container's termination message holding the profiler's end line
     (``profiling.termination``: the result, then the end), kept by the end hold; ``drained_at``: a drain's
-    eviction (``DisruptionTarget`` ``EvictionByEvictionAPI``, then the deletion) at that second."""
+    eviction (``DisruptionTarget`` ``EvictionByEvictionAPI``, then the deletion) at that second. ``result``: the
+    result line printed (default: by the main machine, rank 0, alone, as a training does)."""
     body = pod(rank, node, exit_code=0, finished=8)
-    end = {"exit_code": 0, "signals": signals, "spot_notice": None, "result": "kept" if rank == 0 else "none"}
+    printed = rank == 0 if result is None else result
+    end = {"exit_code": 0, "signals": signals, "spot_notice": None, "result": "kept" if printed else "none"}
     terminated = body["status"]["containerStatuses"][0]["state"]["terminated"]
     terminated.update(reason="Completed", message="::airflow-gpu-end::" + json.dumps(end))
     if drained_at is not None:
@@ -163,12 +167,44 @@ def test_a_complete_job_is_a_success_read_from_its_main_machine() -> None:
     assert (result.outcome, culprit["metadata"]["name"]) == (Outcome.SUCCEEDED, "train-0")
 
 
-def test_a_complete_job_one_of_whose_machines_exited_0_on_a_drain_s_sigterm_is_an_interruption() -> None:
-    """Rank 1 traps SIGTERM and exits 0 on the drain's: the controller counts its index complete, and the Job
-    ``Complete``, though that machine stopped mid-way (the profiler's end lists the signal it passed on). As a
-    single pod's run (``classify_pod``), an interruption to run again, not a success without its work."""
+def test_a_complete_job_whose_main_machine_exited_0_on_a_drain_s_sigterm_is_an_interruption() -> None:
+    """Rank 0 traps SIGTERM and exits 0 on the drain's, without its result line: the controller counts its index
+    complete, and the Job ``Complete``, though the training stopped mid-way (the profiler's end lists the signal
+    it passed on). As a single pod's run (``classify_pod``), an interruption to run again, not a success."""
     result, culprit = completed(
-        profiled_success(0, "node-a", []), profiled_success(1, "node-b", ["SIGTERM"], drained_at=5)
+        profiled_success(1, "node-b", []), profiled_success(0, "node-a", ["SIGTERM"], drained_at=5, result=False)
     )  # fmt: skip
-    assert culprit["metadata"]["name"] == "train-1"
+    assert culprit["metadata"]["name"] == "train-0"
     assert result.outcome is not Outcome.SUCCEEDED and result.interrupted and result.transient
+
+
+def test_a_machine_stopped_once_the_main_one_finished_with_its_result_takes_nothing_from_the_training() -> None:
+    """Rank 0 printed its result and exited 0 of its own accord; rank 1, at torch's exit barrier, was then
+    drained and exited 0 on the SIGTERM (Job ``Complete``), or was reclaimed and failed (Job failed, as in the
+    eighth soak, which ran the finished training again). Either way the training finished: a success, read
+    from the main machine. Without the main machine's result line the stop stands."""
+    main = profiled_success(0, "node-a", [])
+    stopped = profiled_success(1, "node-b", ["SIGTERM"], drained_at=8)
+    result, culprit = completed(main, stopped)
+    assert (result.outcome, culprit["metadata"]["name"]) == (Outcome.SUCCEEDED, "train-0")
+
+    reclaimed = pod(1, "node-b", exit_code=143, finished=9)
+    reclaimed["status"]["conditions"].append({
+        "type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet",
+        "message": "Pod was terminated in response to imminent node shutdown.", "lastTransitionTime": at(8),
+    })  # fmt: skip
+    result, culprit = end([main, reclaimed], set(), {"node-a": True, "node-b": True}, 9)
+    assert (result.outcome, culprit["metadata"]["name"]) == (Outcome.SUCCEEDED, "train-0")
+    assert "train-1 was lost after it" in result.message
+
+    silent = profiled_success(0, "node-a", [], result=False)  # exited 0 with no result line: not known finished
+    result, culprit = end([silent, reclaimed], set(), {"node-a": True, "node-b": True}, 9)
+    assert result.outcome is Outcome.PREEMPTED and culprit["metadata"]["name"] == "train-1"
+
+
+def test_an_application_failure_of_another_machine_still_fails_a_training_whose_main_one_finished() -> None:
+    """Only a loss (a reclaim, an eviction) is forgiven once the main machine finished: rank 1's own error is
+    the workload's, and ``retry_on_app_failure`` decides."""
+    result, culprit = end([profiled_success(0, "node-a", []), pod(1, "node-b", exit_code=1, finished=9)], set(),
+                          {"node-a": True, "node-b": True}, 9)  # fmt: skip
+    assert (result.outcome, culprit["metadata"]["name"]) == (Outcome.APPLICATION, "train-1")

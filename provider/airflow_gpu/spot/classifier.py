@@ -233,6 +233,22 @@ def ended_on_a_deletion_signal(pod: Mapping[str, Any]) -> bool:
     return False
 
 
+def finished_with_result(pod: Mapping[str, Any] | None) -> bool:
+    """The pod ended ``Succeeded``, not stopped (``ended_on_a_deletion_signal``), and the profiler's end says its
+    workload printed its result line (``"result": "kept"``): the workload declared its output and exited 0 of
+    its own accord. What a training's main machine shows when the training finished, whatever happens to its
+    other machines afterwards (``spot.training_job.job_end``). False without the profiler's word."""
+    from airflow_gpu.profiling import termination
+
+    if pod is None or (pod.get("status") or {}).get("phase") != "Succeeded" or ended_on_a_deletion_signal(pod):
+        return False
+    for _name, kind, state in _container_states(pod):
+        end = termination.read(state.get("message"))[1] if kind == "terminated" and state.get("exitCode") == 0 else None
+        if end is not None:
+            return end.get("result") == "kept"
+    return False
+
+
 def completed_before_deletion(pod: Mapping[str, Any] | None, container: str) -> bool:
     """Whether the pod's workload had succeeded before anything deleted or disrupted the pod.
 

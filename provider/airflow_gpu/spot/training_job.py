@@ -33,7 +33,13 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow_gpu.spot import admission
-from airflow_gpu.spot.classifier import Classification, Outcome, classify_deleted_pod, classify_pod
+from airflow_gpu.spot.classifier import (
+    Classification,
+    Outcome,
+    classify_deleted_pod,
+    classify_pod,
+    finished_with_result,
+)
 
 #: The label and annotation the Job controller puts on each pod: its completion index, the machine rank.
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
@@ -257,8 +263,11 @@ def job_end(
     if job is None:
         return Classification(Outcome.DELETED, "JobDeleted", f"Job {name} was deleted"), None
     conditions = _true_conditions(job)
+    success = Classification(Outcome.SUCCEEDED, "Succeeded", exit_code=0)
     if "Complete" in conditions:
-        return stopped_rank(pods) or (Classification(Outcome.SUCCEEDED, "Succeeded", exit_code=0), pods.main())
+        if finished_with_result(pods.main()):
+            return success, pods.main()
+        return stopped_rank(pods) or (success, pods.main())
     judged = conditions.get("Failed") or conditions.get("FailureTarget")
     if judged is None:
         return None
@@ -266,6 +275,13 @@ def job_end(
     if reason == "DeadlineExceeded":  # the controller deleted the ranks: they say nothing of it
         return Classification(Outcome.UNKNOWN, reason, f"Job {name}: {message} (activeDeadlineSeconds)"), None
     result, culprit = cause(pods, node_stays, _time(judged.get("lastTransitionTime")))
+    main = pods.main()
+    if result.interrupted and culprit is not None and rank_of(culprit) != "0" and finished_with_result(main):
+        # the training finished: its main machine printed its result and exited 0 of its own accord; another
+        # machine lost after that (at torch's exit barrier, say) takes nothing from it, and a run again would
+        lost = (culprit.get("metadata") or {}).get("name")
+        told = f"the main machine finished with its result; machine {lost} was lost after it ({result.message})"
+        return Classification(Outcome.SUCCEEDED, "Succeeded", told, exit_code=0), main
     if result.outcome is not Outcome.RUNNING:
         return result, culprit
     if "Failed" in conditions:  # final, and no pod that was seen tells why
@@ -277,7 +293,8 @@ def stopped_rank(pods: JobPods) -> tuple[Classification, dict[str, Any]] | None:
     """A rank whose success was a stop: it exited 0 on a drain's or a deletion's SIGTERM, as the profiler's end
     tells (``classifier.ended_on_a_deletion_signal``), so the controller counted its index complete, and the Job
     ``Complete``, without that machine having finished. The most telling one (``CAUSE_ORDER``), or None.
-    A single pod's run is judged the same way (``classify_pod``); unprofiled, the phase stands."""
+    A single pod's run is judged the same way (``classify_pod``); unprofiled, the phase stands. Asked only when
+    the main machine did not finish with its result (``job_end``)."""
     stopped = [
         (result, pod)
         for pod in pods.seen.values()

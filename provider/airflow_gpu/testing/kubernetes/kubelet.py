@@ -225,14 +225,17 @@ class Simulation:
     seconds: float
     exit_code: int
     lines: tuple[str, ...]
+    message: str = ""  # what its termination message file holds when it ends (a profiled workload's end)
 
 
 def simulation(container: dict[str, Any]) -> Simulation | None:
     """The script of a container whose image is ``simulated.local/<anything>``; None for a real one.
 
     It is read from the container's ``env`` values: ``SIMULATED_SECONDS`` (default 3600),
-    ``SIMULATED_EXIT_CODE`` (0) and ``SIMULATED_OUTPUT`` (lines, ``\n``-separated). A signal ends it
-    at once (SIGTERM: 143), as a workload that exits on SIGTERM.
+    ``SIMULATED_EXIT_CODE`` (0), ``SIMULATED_OUTPUT`` (lines, ``\n``-separated) and ``SIMULATED_MESSAGE`` (what
+    its ``terminationMessagePath`` file holds when it ends, as a workload writes it: the provider's profiler
+    writes its result and end lines there). A signal ends it at once (SIGTERM: 143), as a workload that exits
+    on SIGTERM.
     """
     if not str(container.get("image") or "").startswith(SIMULATED_PREFIX):
         return None
@@ -242,6 +245,7 @@ def simulation(container: dict[str, Any]) -> Simulation | None:
         float(env.get("SIMULATED_SECONDS") or 3600),
         int(env.get("SIMULATED_EXIT_CODE") or 0),
         tuple(output.split("\n")) if output else (),
+        env.get("SIMULATED_MESSAGE", ""),
     )
 
 
@@ -470,7 +474,9 @@ class PodRun:
         code = run.exit_code if run.exited.is_set() and run.exit_code is not None else script.exit_code
         run.exited.set()
         run.exit_code = code
-        return self._terminated(run, code, "Completed" if code == 0 else "Error")
+        share = MAX_POD_MESSAGE_BYTES // len(self.containers)
+        message = script.message.encode()[-MAX_MESSAGE_BYTES:][:share].decode("utf-8", "replace") or None
+        return self._terminated(run, code, "Completed" if code == 0 else "Error", message)
 
     @staticmethod
     async def _read_output(run: ContainerRun, process: asyncio.subprocess.Process) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_gpu.spot.training_job import INDEX_KEY
 from airflow_gpu.testing.soak.faults import Fault
 from airflow_gpu.testing.soak.observer import TryKey, Workload
 
@@ -182,8 +183,20 @@ def results(expected: dict[tuple[str, str, str, int], Any], actual: dict[tuple[s
     return verdict
 
 
+def finished_trainings(workloads: Iterable[Workload]) -> frozenset[str]:
+    """The training Jobs whose main machine (rank 0) ended ``Succeeded``: the soak's training prints its result
+    there at its end, so the training finished, whatever became of its other machines afterwards."""
+    return frozenset(
+        w.group for w in workloads
+        if w.group and w.outcome == "Succeeded" and (w.marks.get("labels") or {}).get(INDEX_KEY) == "0"
+    )  # fmt: skip
+
+
 def interruptions(
-    recorded: dict[tuple[str, str, str, int, int], int], faults: Sequence[Fault], drains: dict[TryKey, int]
+    recorded: dict[tuple[str, str, str, int, int], int],
+    faults: Sequence[Fault],
+    drains: dict[TryKey, int],
+    finished: frozenset[str] = frozenset(),
 ) -> Verdict:
     """The interruptions a successful try recorded (XCom ``gpu_interruptions``) equal the reclaims
     the injector made on that try's pods and jobs (a drain's eviction may count as one too). Reclaims
@@ -194,10 +207,12 @@ def interruptions(
     reclaims and drain evictions on an earlier try's workloads may count too (the seventh soak: a try
     that took over a pod its earlier try's trigger made after a drain carries that drain's interruption).
     Two faults that reclaimed one pod (each waits for a pod in its phase, and both may find the same one)
-    end it once: one interruption (the sixth soak)."""
+    end it once: one interruption (the sixth soak). A reclaim of a training machine whose Job's main machine
+    finished (``finished``: ``finished_trainings``) is none: the training is done (the eighth soak reclaimed
+    a machine at torch's exit barrier, and the provider then ran the finished training again)."""
     hits: dict[TryKey, set[Any]] = defaultdict(set)
     for f in faults:
-        if interrupting(f) and f.key:
+        if interrupting(f) and f.key and not (f.group and f.group in finished):
             pod = f.target if f.kind.startswith("k8s_") and f.target else None
             hits[f.key].add(f.group or pod or f.number)
     verdict = Verdict("recorded interruptions equal the injected reclaims", len(recorded))

@@ -247,7 +247,12 @@ def main(argv: list[str] | None = None) -> int:
             invariants.results(airflow["expected"], airflow["actual"]),
             invariants.training_results(airflow["trainings"], soak_dags.training_result_problem),
             invariants.training_jobs(observer.training_objects()),
-            invariants.interruptions(airflow["recorded"], faults, drain_evictions(observer, faults)),
+            invariants.interruptions(
+                airflow["recorded"],
+                faults,
+                drain_evictions(observer, faults),
+                invariants.finished_trainings(observer.workloads()),
+            ),
             invariants.reclaims_by_phase(observer.workloads(), faults, airflow["instances"], airflow["actual"]),
             invariants.runs_within(runs.runs, bound),
         ]
