@@ -401,9 +401,10 @@ def test_a_main_log_read_rides_out_a_down_api_and_falls_back_to_the_line_followe
     """The fifth soak: two sync trainings succeeded without their result, the one read of the main machine's
     log answered 503. The read is asked again as every call is (``api_retry``); when the API stays down past the
     budget, the result line the main machine's follower read as it ran is the result."""
-    from airflow_gpu.utils import api_retry
+    from airflow_gpu.operators import training_job_logs
 
-    monkeypatch.setattr(api_retry, "BUDGET_SECONDS", 1.0)  # with the module's fast backoff: several asks
+    # the read's own budget (30 s), not api_retry's default, bounds it: with the module's fast backoff, several asks
+    monkeypatch.setattr(training_job_logs, "READ_BUDGET_SECONDS", 1.0)
     op = training()
     run = op._make_runner(op.launch)
     assert isinstance(run, IndexedJobTraining)
