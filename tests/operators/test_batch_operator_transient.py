@@ -147,6 +147,94 @@ def test_a_deferred_task_rides_out_describe_errors_and_a_lost_resubmission(
     assert [(j["jobName"], j["status"]) for j in jobs] == [("train", "FAILED"), ("train-r1", "SUCCEEDED")]
 
 
+@pytest.mark.parametrize(("max_tries", "stopped"), [(0, True), (1, False)])
+def test_an_outage_past_every_retry_stops_the_job_unless_a_next_try_takes_it_over(
+    aws_default_connection: BatchEmulator, max_tries: int, stopped: bool
+) -> None:
+    """DescribeJobs fails for longer than botocore's attempts and our rounds: the error leaves ``execute``.
+    On the task's last try the job is terminated (nobody would read it); with a try to come it runs on,
+    saved, for that try to take over."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    emulator, store = aws_default_connection, Store()
+    op = operator(command=[sys.executable, "-c", "import time; time.sleep(60)"])
+    context = {"ti": Ti(max_tries=max_tries), "task_state_store": store}
+    op.submit_job(context)  # type: ignore[arg-type]
+    job = emulator._job(str(op.job_id))
+    wait_for(lambda: job.status == "RUNNING", timeout=60, what="the job to run")
+    emulator.fail("DescribeJobs", "server", times=10_000)
+    with pytest.raises(Exception, match="ServerException") as raised:
+        op.execute(context)  # type: ignore[arg-type]
+    assert not isinstance(raised.value, AirflowFailException)
+    if stopped:
+        wait_for(lambda: job.status == "FAILED", timeout=60, what="the job to stop")
+        assert job.job_stopped_reason.startswith(KILLED[0]) and store["airflow_gpu_batch_job"]["open"] is False
+    else:
+        assert job.status == "RUNNING" and store["airflow_gpu_batch_job"]["open"] is True
+        emulator.client("batch").terminate_job(jobId=job.job_id, reason="test over")
+
+
+def test_mark_failed_while_submit_job_is_in_flight_stops_the_job_it_creates(
+    aws_default_connection: BatchEmulator,
+) -> None:
+    """On a worker: Mark Failed (``on_kill``, from the task runner's SIGTERM handler) while the task's
+    SubmitJob is on its way, Batch creating the job at once and answering 3 s later. ``on_kill`` has no
+    job id to terminate yet; the submission hears of the kill when the answer lands, terminates that job
+    (a ``KILLED`` reason: no later try takes it over) and the task ends instead of following it."""
+    from airflow.sdk.exceptions import AirflowException
+
+    emulator = aws_default_connection
+    op = operator(command=[sys.executable, "-c", "import time; time.sleep(60)"])
+    held = emulator.slow("SubmitJob", 3)
+    raised: list[BaseException] = []
+
+    def execute() -> None:
+        try:
+            op.execute({"ti": Ti(), "task_state_store": Store()})  # type: ignore[arg-type]
+        except BaseException as error:
+            raised.append(error)
+
+    task = threading.Thread(target=execute, daemon=True)
+    task.start()
+    try:
+        wait_for(lambda: held.hits == 1, 60, "the SubmitJob to reach Batch")
+        op.on_kill()
+        task.join(20)
+        assert not task.is_alive(), "the task followed the job its SubmitJob created after the kill"
+        (job,) = described(emulator)
+        job = wait_for(lambda: (j := described(emulator)[0])["status"] == "FAILED" and j, 20, "the job to stop")
+    finally:  # a failed test leaves nothing running for the next
+        for running in described(emulator):
+            emulator.client("batch").terminate_job(jobId=running["jobId"], reason="test over")
+        task.join(60)
+    assert job["statusReason"].startswith(KILLED[0]) and "being killed" in job["statusReason"]
+    assert len(raised) == 1 and isinstance(raised[0], AirflowException) and "killed" in str(raised[0])
+
+
+def test_a_deferred_task_whose_first_submission_is_listed_late_stops_the_second_as_listed_late(
+    aws_default_connection: BatchEmulator,
+) -> None:
+    """The worker's SubmitJob loses its answer and ListJobs lists the job past the look-up: the worker
+    sends it again and defers, and the trigger watches for the first job (``watch_duplicates``). Once
+    both are listed it follows the first and terminates the second, with the reason of that cause
+    (``batch_submit``: listed late), not that of two triggerers racing (``batch_resubmission``)."""
+    from airflow_gpu.hooks.batch_submit import DUPLICATE_REASON
+
+    emulator, context = aws_default_connection, {"ti": Ti(), "task_state_store": Store()}
+    emulator.list_lag(3)
+    lost = emulator.fail("SubmitJob", "lost")
+    try:
+        deferred = deferred_tests.defer(context)
+        assert deferred.trigger.serialize()[1]["watch_duplicates"]
+        event = asyncio.run(deferred_tests.first_event(deferred_tests.trigger_of(deferred)))
+    finally:
+        emulator.list_lag(0)
+    assert lost.hits == 1
+    first, second = wait_for(lambda: (js := described(emulator))[1]["status"] == "FAILED" and js, 30, "the stop")
+    assert (event["status"], event["job_id"], event["job_status"]) == ("done", first["jobId"], "SUCCEEDED")
+    assert (second["status"], second["statusReason"]) == ("FAILED", DUPLICATE_REASON)
+
+
 def orphaned_try_of(op: Any, store: Store, max_tries: int, when: str, emulator: BatchEmulator) -> threading.Thread:
     """Run try 1 in a thread, and play its supervisor's death once its job is ``when`` (RUNNABLE, RUNNING): the
     recorded parent pid changes (``_supervisor``), as it does when a Celery worker is SIGKILLed and the task
