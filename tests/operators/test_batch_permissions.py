@@ -3,7 +3,8 @@
 Every botocore call the provider's code (and the Amazon provider's, which ``GPUBatchOperator`` and its
 hook inherit) sends while GPU tasks run against the AWS Batch emulator is recorded by a ``before-call``
 event handler on every client botocore and aiobotocore create: sync and deferred runs, a spot reclaim
-the trigger resubmits on demand, a capacity cancel, a kill, the reaper, and the ECR credentials for an
+the trigger resubmits on demand, a capacity cancel, a kill, an orphaned try's job taken over or cancelled, the
+reaper, and the ECR credentials for an
 image's ENTRYPOINT. Calls made by the tests themselves (their emulator clients) are not the provider's
 and are left out by where they come from. Each recorded call must be allowed by the policy (a call it
 misses fails in production), and the policy must grant nothing that no code calls, but for the
@@ -39,8 +40,8 @@ NOT_CODE = (str(REPO / "provider" / "airflow_gpu" / "testing") + "/",)
 #: Granted without a botocore call of that name, and why.
 NOT_BOTOCORE = {
     # SubmitJob and RegisterJobDefinition carry tags (the task try's identity, what the reaper and a
-    # retry find jobs by); AWS Batch authorizes tags given on create as batch:TagResource as well. A retry that
-    # takes over a running job also calls TagResource (orphaned_try.mark_job_taken), a path the runs here skip.
+    # retry find jobs by); AWS Batch authorizes tags given on create as batch:TagResource as well (a retry that
+    # takes over a running job calls TagResource too: orphaned_try.mark_job_taken, run below).
     "batch:TagResource",
     # hooks/registry.py reads an ECR image's config over the registry API (HTTP, not botocore) with
     # the GetAuthorizationToken token: the registry authorizes these two actions.
@@ -96,9 +97,12 @@ def emulator(monkeypatch: pytest.MonkeyPatch) -> Iterator[BatchEmulator]:
         yield running
 
 
-def test_the_policy_allows_every_call_the_provider_makes_and_nothing_else(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_policy_allows_every_call_the_provider_makes_and_nothing_else(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     from tests.operators import test_batch_operator_deferred as deferred_runs
     from tests.operators import test_batch_operator_runs as runs
+    from tests.operators import test_batch_operator_transient as transient
     from tests.operators.task_context import Store, Ti
 
     with recorded_calls() as calls:
@@ -121,6 +125,12 @@ def test_the_policy_allows_every_call_the_provider_makes_and_nothing_else(monkey
 
             ecr = "123456789012.dkr.ecr.us-east-1.amazonaws.com"
             assert ecr_credentials(GPUBatchHook(aws_conn_id="aws_default"))(ecr).startswith("Basic ")
+        with emulator(monkeypatch) as batch:  # an orphaned try: its retry tags the job it takes over
+            transient.test_an_orphan_leaves_its_job_to_the_retry_that_tags_it_taken_over(batch, tmp_path, monkeypatch)
+        with emulator(monkeypatch) as batch:  # an orphaned try whose retry never came: its job cancelled
+            transient.test_an_orphan_cancels_the_job_left_for_a_retry_that_never_came_if_it_never_started(
+                batch, monkeypatch
+            )
         with emulator(monkeypatch) as batch:  # the reaper lists the queues' jobs
             from airflow_gpu.reap.batch import BatchResources
             from airflow_gpu.reap.reaper import reap

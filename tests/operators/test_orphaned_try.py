@@ -61,3 +61,37 @@ def test_the_mark_is_the_try_s_so_a_resumed_process_of_the_same_try_knows_its_ow
     assert not orphaned_try.taken_by_another(first, mark)
     assert orphaned_try.taken_by_another(first, orphaned_try.take_over_mark(retry)["metadata"])
     assert not orphaned_try.taken_by_another(first, {"annotations": {}})
+
+
+@pytest.mark.parametrize(
+    ("reads", "done", "deleted"),
+    [
+        (["Running"], "left running", False),  # then every look fails: it ran when last read, the reaper's
+        (["Pending"], "deleted", True),  # then every look fails: it never started when last read
+        ([], "deleted", True),  # nothing ever read: nothing known to run
+        (["Pending", "Running"], "left running", False),
+    ],
+)
+def test_a_lingering_orphan_decides_on_the_last_state_it_read(
+    monkeypatch: pytest.MonkeyPatch, reads: list[str], done: str, deleted: bool
+) -> None:
+    """``linger`` past its patience: looks that fail (the API down, a half-open connection) do not erase what
+    the last one read, so work seen running is never deleted for a failed look. The looks are a function given
+    here (the boundary ``linger`` owns), the clock the real one with a patience of 0.2 s."""
+    monkeypatch.setenv("AIRFLOW__GPU__ORPHANED_TRY_PATIENCE_SECONDS", "0.2")
+    monkeypatch.setattr(orphaned_try, "LOOK_SECONDS", 0.01)
+    answers = iter(reads)
+    calls: list[str] = []
+
+    def look() -> dict[str, object]:
+        phase = next(answers, None)
+        if phase is None:
+            raise ConnectionResetError("the API is down")
+        return {"metadata": {}, "status": {"phase": phase}}
+
+    op = SimpleNamespace(_taker="this-try")
+    said = orphaned_try.linger(
+        op, {}, look, lambda work: True, lambda: calls.append("delete"),
+        started=lambda work: work["status"]["phase"] != "Pending",  # type: ignore[index]
+    )  # fmt: skip
+    assert said == done and (calls == ["delete"]) is deleted

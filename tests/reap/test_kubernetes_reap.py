@@ -210,3 +210,36 @@ def test_a_pod_the_provider_s_finalizer_keeps_for_a_dead_try_is_released(
     ]  # fmt: skip
     wait_for(lambda: pod_or_none(core, "ended") is None and pod_or_none(core, "deleting") is None, 30, "both gone")
     assert pod_or_none(core, "running-task").metadata.deletion_timestamp is None
+
+
+def test_a_training_job_whose_service_cannot_be_deleted_is_still_deleted_and_its_machines_let_go(
+    kubernetes_emulator: KubernetesEmulator, core: client.CoreV1Api
+) -> None:
+    """A Service delete the API refuses (a Role without ``delete`` on services) costs the Service only: the Job
+    goes, its held machines are let go first (they would keep it in the API), and the Service, its Job gone, is
+    the next reap's."""
+    ti = Ti(1, dag_id="gpu", task_id="train", run_id=RUN)
+    pod = {
+        "metadata": {"name": "train-x", "namespace": "default", **pod_marks(ti), "finalizers": [END_HOLD]},
+        "spec": {"containers": [{"name": "base", "image": "busybox", "command": ["sleep", "600"]}]},
+    }
+    manifests = job_manifests(pod, "train-9c0d1e2f", machines=2, port=29500, base_container="base")
+    batch = client.BatchV1Api(core.api_client)
+    core.create_namespaced_service("default", manifests["service"])
+    batch.create_namespaced_job("default", manifests["job"])
+    selector = f"{JOB_LABEL}=train-9c0d1e2f"
+    machines = lambda: core.list_namespaced_pod("default", label_selector=selector).items  # noqa: E731
+    wait_for(lambda: sum(p.status.phase == "Running" for p in machines()) == 2, 30, "both ranks running")
+    airflow = RecordedAirflow({("gpu", "train", RUN, -1): InstanceState("failed", 1)})
+    kubernetes_emulator.inject_api_fault(verb="delete", resource="services", status=403, times=1)
+
+    first = reap([cluster(kubernetes_emulator)], airflow, delete=True, grace=NONE)
+    assert [(f.resource.kind, f.action) for f in first.orphans] == [(
+        "job", "deleted with its pods (Foreground); its Service not deleted (HTTP 403 Forbidden): reap again; "
+        "2 held machines let go",
+    )]  # fmt: skip
+    wait_for(lambda: not machines(), 60, "the machines gone")
+    wait_for(lambda: not batch.list_namespaced_job("default", label_selector=selector).items, 60, "the Job gone")
+    second = reap([cluster(kubernetes_emulator)], airflow, delete=True, grace=NONE)
+    assert [(f.resource.kind, f.action) for f in second.orphans] == [("service", "deleted")]
+    assert not core.list_namespaced_service("default", label_selector=selector).items

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from airflow_gpu.spot.classifier import Outcome
+from airflow_gpu.spot.classifier import Outcome, finished_with_result
 from airflow_gpu.spot.training_job import INDEX_KEY, JobPods, job_end
 
 T0 = "2026-11-26T12:00:00Z"
@@ -195,11 +195,24 @@ def test_a_machine_stopped_once_the_main_one_finished_with_its_result_takes_noth
     })  # fmt: skip
     result, culprit = end([main, reclaimed], set(), {"node-a": True, "node-b": True}, 9)
     assert (result.outcome, culprit["metadata"]["name"]) == (Outcome.SUCCEEDED, "train-0")
-    assert "train-1 was lost after it" in result.message
+    assert "machine train-1 was lost" in result.message
 
     silent = profiled_success(0, "node-a", [], result=False)  # exited 0 with no result line: not known finished
     result, culprit = end([silent, reclaimed], set(), {"node-a": True, "node-b": True}, 9)
     assert result.outcome is Outcome.PREEMPTED and culprit["metadata"]["name"] == "train-1"
+
+
+def test_a_machine_stopped_while_the_main_one_gave_no_result_is_an_interruption() -> None:
+    """Without the main machine's result line nothing says the training finished: rank 1's exit 0 on a drain's
+    SIGTERM is the stop it is, the Job ``Complete`` or not. Nor is a main machine that got a stop signal itself
+    finished, even where no deletion or disruption shows on its pod (a runtime's own SIGTERM)."""
+    silent = profiled_success(0, "node-a", [], result=False)
+    result, culprit = completed(silent, profiled_success(1, "node-b", ["SIGTERM"], drained_at=5))
+    assert culprit["metadata"]["name"] == "train-1" and result.interrupted
+
+    signalled = profiled_success(0, "node-a", ["SIGTERM"])  # no deletionTimestamp, no DisruptionTarget
+    assert not finished_with_result(signalled)
+    assert finished_with_result(profiled_success(0, "node-a", []))
 
 
 def test_an_application_failure_of_another_machine_still_fails_a_training_whose_main_one_finished() -> None:

@@ -231,29 +231,34 @@ def stop_job(op: Any, context: Any, job_id: str) -> str:
     """An AWS Batch job (``GPUBatchOperator``): on the task's last try terminated, nobody would read it; else
     left to the retry that takes it over (its saved state) and watched (``linger``) as a pod is: the retry tags
     it (``mark_job_taken``). A job no retry came for (the task marked success or failed after the worker died)
-    is terminated past the patience if it never started (SUBMITTED to RUNNABLE: cancelled, nothing lost), and
-    left to ``airflow-gpu reap`` if it runs. Its calls are the bare client's: the hook's log lines fail here."""
-    from airflow_gpu.spot.batch import KILLED
+    is cancelled past the patience if it never ran (SUBMITTED to RUNNABLE, no attempt: nothing lost): CancelJob
+    leaves a job that started meanwhile alone, for ``airflow-gpu reap``, as it leaves one that runs. The mark is
+    asked of ``ListTagsForResource`` first, the tags' own read. Its calls are the bare client's: the hook's log
+    lines fail here."""
+    from airflow_gpu.spot.batch import FINAL, KILLED, ORPHAN_CANCEL_PREFIX
 
     ti = context["ti"]
     api = op.gpu_hook.api
-
-    def terminate(why: str) -> None:
-        with contextlib.suppress(Exception):
-            api.terminate_job(jobId=job_id, reason=f"{KILLED[0]} ({why})")
-
     if int(ti.try_number) > int(getattr(ti, "max_tries", 0) or 0):  # as ``_stop_unless_taken_over`` judges
-        terminate("the task's supervisor died on its last try")
+        with contextlib.suppress(Exception):
+            api.terminate_job(jobId=job_id, reason=f"{KILLED[0]} (the task's supervisor died on its last try)")
         return "terminated"
+    arn: list[str] = []
 
     def look() -> Mapping[str, Any] | None:
         jobs = api.describe_jobs(jobs=[job_id])["jobs"]
+        if jobs and jobs[0].get("jobArn"):
+            arn[:] = [str(jobs[0]["jobArn"])]
         return jobs[0] if jobs else None  # a job this old is known to DescribeJobs: absent is gone (purged)
 
+    def cancel() -> None:
+        if arn and taken_by_another(op, {"annotations": api.list_tags_for_resource(resourceArn=arn[0])["tags"]}):
+            return
+        api.cancel_job(jobId=job_id, reason=f"{ORPHAN_CANCEL_PREFIX} (the try that made it lost its supervisor)")
+
     return linger(
-        op, context, look, lambda job: job.get("status") not in ("SUCCEEDED", "FAILED"),
-        lambda: terminate("left for a retry that did not come"),
-        started=lambda job: job.get("status") in ("STARTING", "RUNNING"),
+        op, context, look, lambda job: job.get("status") not in FINAL, cancel,
+        started=lambda job: job.get("status") in ("STARTING", "RUNNING") or bool(job.get("attempts")),
         marks=lambda job: {"annotations": job.get("tags") or {}},
     )  # fmt: skip
 

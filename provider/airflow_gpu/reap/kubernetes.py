@@ -179,9 +179,12 @@ class KubernetesResources:
                 self._call(
                     lambda: self.batch.delete_namespaced_job(name, namespace, body=options), f"deleting Job {name}"
                 )
-                service = self._delete_service(name, namespace, None)
-                machines = self._release_machines(name, namespace)
-                return "deleted with its pods (Foreground)" + (" and its Service" if service else "") + machines
+                machines = self._release_machines(name, namespace)  # first: they keep the Job in the API
+                try:
+                    service = " and its Service" if self._delete_service(name, namespace, None) else ""
+                except Exception as error:  # the Job is deleted all the same; its Service is the next reap's
+                    service = f"; its Service not deleted ({_why(error)}): reap again"
+                return "deleted with its pods (Foreground)" + service + machines
             self._delete_service(name, namespace, preconditions)
             return "deleted"
         except ApiException as error:

@@ -82,6 +82,9 @@ TRANSIENT_PULL_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
 CAPACITY_CANCEL_PREFIX = "airflow-gpu: no capacity"
 TIME_LIMIT_CANCEL_PREFIX = "Canceled by JobStateTimeLimit action"
 FINAL = ("SUCCEEDED", "FAILED")
+#: CancelJob's reason for a job that a try whose supervisor died left for a retry, and no retry took over in time
+#: (``operators.orphaned_try``): a retry that follows it after all (its mark was lost) runs the work anew.
+ORPHAN_CANCEL_PREFIX = "airflow-gpu: left for a retry that did not come"
 #: TerminateJob reasons of a task that killed its own job (Mark Failed, on_kill; a deferral past
 #: execution_timeout; a deferral that failed): such a job is never taken over by a later try.
 KILLED = ("Task killed by the user", "airflow-gpu: execution_timeout", "airflow-gpu: the deferral failed")
@@ -185,6 +188,8 @@ def classify_job(job: Mapping[str, Any]) -> Classification:
         return Classification(Outcome.UNSCHEDULABLE, "CapacityTimeout", status_reason)
     if status_reason.startswith(TIME_LIMIT_CANCEL_PREFIX):
         return Classification(Outcome.UNSCHEDULABLE, "JobStateTimeLimit", status_reason)
+    if status_reason.startswith(ORPHAN_CANCEL_PREFIX):  # nothing of the workload's: submitted again
+        return Classification(Outcome.INFRASTRUCTURE, "OrphanCancel", status_reason, transient=True)
     if not attempts:  # failed before any attempt ran: cancelled, dependency failed, bad definition
         if is_reclaim(status_reason):
             return Classification(Outcome.PREEMPTED, "SpotReclaim", status_reason, transient=True)

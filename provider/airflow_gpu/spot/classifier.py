@@ -234,18 +234,19 @@ def ended_on_a_deletion_signal(pod: Mapping[str, Any]) -> bool:
 
 
 def finished_with_result(pod: Mapping[str, Any] | None) -> bool:
-    """The pod ended ``Succeeded``, not stopped (``ended_on_a_deletion_signal``), and the profiler's end says its
-    workload printed its result line (``"result": "kept"``): the workload declared its output and exited 0 of
-    its own accord. What a training's main machine shows when the training finished, whatever happens to its
-    other machines afterwards (``spot.training_job.job_end``). False without the profiler's word."""
+    """The pod ended ``Succeeded`` and the profiler's end says its workload printed its result line (``"result"``
+    ``kept``, or ``too long`` to carry in the message) and got no stop signal and no spot notice: it declared
+    its output and exited 0 of its own accord. What a training's main machine shows when the training finished
+    (``spot.training_job.job_end``). False without the profiler's word."""
     from airflow_gpu.profiling import termination
 
     if pod is None or (pod.get("status") or {}).get("phase") != "Succeeded" or ended_on_a_deletion_signal(pod):
         return False
     for _name, kind, state in _container_states(pod):
         end = termination.read(state.get("message"))[1] if kind == "terminated" and state.get("exitCode") == 0 else None
-        if end is not None:
-            return end.get("result") == "kept"
+        if end is not None:  # a stop signal it got counts even where no deletion or disruption shows
+            stopped = bool(STOP_SIGNALS & set(end.get("signals") or ())) or bool(end.get("spot_notice"))
+            return end.get("result") in ("kept", "too long") and not stopped
     return False
 
 

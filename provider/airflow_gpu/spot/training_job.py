@@ -277,10 +277,11 @@ def job_end(
     result, culprit = cause(pods, node_stays, _time(judged.get("lastTransitionTime")))
     main = pods.main()
     if result.interrupted and culprit is not None and rank_of(culprit) != "0" and finished_with_result(main):
-        # the training finished: its main machine printed its result and exited 0 of its own accord; another
-        # machine lost after that (at torch's exit barrier, say) takes nothing from it, and a run again would
+        # The training finished: its main machine printed its result and exited 0 of its own accord, which it
+        # cannot do while a peer it still needs is gone (its next collective fails or hangs); the other machine
+        # was lost past its last collective (at torch's exit barrier, say), and a run again would train anew.
         lost = (culprit.get("metadata") or {}).get("name")
-        told = f"the main machine finished with its result; machine {lost} was lost after it ({result.message})"
+        told = f"the main machine finished with its result; machine {lost} was lost ({result.message})"
         return Classification(Outcome.SUCCEEDED, "Succeeded", told, exit_code=0), main
     if result.outcome is not Outcome.RUNNING:
         return result, culprit
