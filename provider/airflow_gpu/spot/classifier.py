@@ -235,8 +235,9 @@ def ended_on_a_deletion_signal(pod: Mapping[str, Any]) -> bool:
 
 def finished_with_result(pod: Mapping[str, Any] | None) -> bool:
     """The pod ended ``Succeeded`` and the profiler's end says its workload printed its result line (``"result"``
-    ``kept``, or ``too long`` to carry in the message) and got no stop signal and no spot notice: it declared
-    its output and exited 0 of its own accord. What a training's main machine shows when the training finished
+    ``kept``, or ``too long`` to carry in the message) and got no stop signal: it declared its output and exited
+    0 of its own accord (a spot notice it ran past to its result is no stop, as ``ended_on_a_deletion_signal``
+    has it). What a training's main machine shows when the training finished
     (``spot.training_job.job_end``). False without the profiler's word."""
     from airflow_gpu.profiling import termination
 
@@ -245,7 +246,7 @@ def finished_with_result(pod: Mapping[str, Any] | None) -> bool:
     for _name, kind, state in _container_states(pod):
         end = termination.read(state.get("message"))[1] if kind == "terminated" and state.get("exitCode") == 0 else None
         if end is not None:  # a stop signal it got counts even where no deletion or disruption shows
-            stopped = bool(STOP_SIGNALS & set(end.get("signals") or ())) or bool(end.get("spot_notice"))
+            stopped = bool(STOP_SIGNALS & set(end.get("signals") or ()))
             return end.get("result") in ("kept", "too long") and not stopped
     return False
 
