@@ -18,6 +18,10 @@ from airflow_gpu.testing.batch.emulator import BatchEmulator
 from airflow_gpu.testing.polling import wait_for
 from tests.testing.batch.api import describe, final, register
 
+# slow: each case waits on the emulator's queue clocks (a head blocked for its time limit, reasons shown after a
+# stall): seconds of waiting per test, which make test runs beside the rest and the inner loop skips
+pytestmark = pytest.mark.slow
+
 CAPACITY = "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
 JOB_RESOURCE = "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT"
 JOB_RESOURCE_MESSAGE = (

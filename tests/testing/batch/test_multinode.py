@@ -32,6 +32,10 @@ from tests.testing.batch.api import (
     status_is,
 )
 
+# slow: every case starts a multi-node job's processes (a main node, then its children) and waits for their
+# rendezvous and end: seconds per test, which make test runs beside the rest and the inner loop skips
+pytestmark = pytest.mark.slow
+
 ESSENTIAL = "Essential container in task exited"
 
 #: One script for every node, the pattern the User Guide gives: the main node (its index equals

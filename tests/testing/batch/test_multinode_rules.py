@@ -21,6 +21,10 @@ from airflow_gpu.testing.batch.emulator import BatchEmulator
 from airflow_gpu.testing.polling import wait_for
 from tests.testing.batch.api import describe, final, logged, node_container, register, register_multinode
 
+# slow: most cases run a multi-node job's nodes to their end (seconds each); make test runs them, the inner
+# loop skips them
+pytestmark = pytest.mark.slow
+
 SETUP = BatchSetup(
     compute_environments=(
         ComputeEnvironmentSpec("spot-ce", "SPOT", ("g5",)),
