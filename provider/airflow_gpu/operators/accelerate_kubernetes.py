@@ -251,6 +251,8 @@ class IndexedJobTraining:
         if self._killed.is_set():
             raise AirflowException("the task was killed; the training Job was deleted")
         if decision.action == "succeed":
+            if end.result.message:  # a success with a word: another machine ended badly once the main one finished
+                self.log.warning("Training Job %s succeeded: %s", self.job, end.result.message)
             return self._result()
         log_interruptions(self.log, op.spot_run, decision, f"{self.job} (Indexed Job of {self.launch.num_machines})")
         if decision.action != "resubmit":

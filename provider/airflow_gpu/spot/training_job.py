@@ -276,12 +276,15 @@ def job_end(
         return Classification(Outcome.UNKNOWN, reason, f"Job {name}: {message} (activeDeadlineSeconds)"), None
     result, culprit = cause(pods, node_stays, _time(judged.get("lastTransitionTime")))
     main = pods.main()
-    if result.interrupted and culprit is not None and rank_of(culprit) != "0" and finished_with_result(main):
+    other_machine = culprit is not None and rank_of(culprit) != "0"
+    if result.outcome is not Outcome.RUNNING and other_machine and finished_with_result(main):
         # The training finished: its main machine printed its result and exited 0 of its own accord, which it
-        # cannot do while a peer it still needs is gone (its next collective fails or hangs); the other machine
-        # was lost past its last collective (at torch's exit barrier, say), and a run again would train anew.
-        lost = (culprit.get("metadata") or {}).get("name")
-        told = f"the main machine finished with its result; machine {lost} was lost ({result.message})"
+        # cannot do while a peer it still needs is gone or failing (its next collective fails or hangs). So the
+        # other machine ended past its last collective: lost at torch's exit barrier, or aborted as its process
+        # group was torn down (the tenth soak: "terminate called without an active exception", SIGABRT, once
+        # rank 0 had printed its result); a run again would train anew.
+        other = ((culprit or {}).get("metadata") or {}).get("name")
+        told = f"the main machine finished with its result; machine {other} then ended: {result.message}"
         return Classification(Outcome.SUCCEEDED, "Succeeded", told, exit_code=0), main
     if result.outcome is not Outcome.RUNNING:
         return result, culprit
