@@ -128,8 +128,13 @@ def test_a_reclaim_after_success_requires_the_success_and_its_result() -> None:
     of_a = Fault(1, 9.5, "k8s_reclaim_after_success", target="a", key=KEY, pod_outcome="Succeeded")
     marked = Fault(2, 9.0, "mark_failed", instance=KEY[:4])
     assert invariants.reclaims_by_phase([done], [of_a, marked], [ti("failed")], {}).ok
-    long_before = Fault(2, -1.0, "mark_failed", instance=KEY[:4])  # before the pod existed: an earlier try's
-    assert not invariants.reclaims_by_phase([done], [of_a, long_before], [ti("failed")], {}).ok
+    # Marked before the pod existed (the tenth soak: Mark Success at 4.2 s, the try, not told yet, made its pod
+    # at 6 s): a mark is the instance's final state whenever it came, and no later try follows it (a Clear acts
+    # on a running instance only), so the pod's success and result are not the task's.
+    long_before = Fault(2, -1.0, "mark_success", instance=KEY[:4])
+    assert invariants.reclaims_by_phase([done], [of_a, long_before], [ti()], {KEY[:4]: None}).ok
+    cleared_before = Fault(2, -1.0, "clear_running", instance=KEY[:4])  # a Clear starts the try that must read it
+    assert not invariants.reclaims_by_phase([done], [of_a, cleared_before], [ti()], {KEY[:4]: None}).ok
     skipped = Fault(1, 9.5, "k8s_reclaim_after_success", key=KEY, outcome="skipped")
     assert invariants.reclaims_by_phase([done, pod("b", 12, 20)], [skipped], [ti()], {}).checked == 0
 

@@ -258,12 +258,17 @@ def reclaims_by_phase(
 
     A person's mark or clear of that task instance once the reclaimed pod existed excuses the re-run and
     the final state (the task is no longer the provider's to finish): a Mark Failed a second before the
-    reclaim (the fault waits for a pod in its phase) ends the task as surely as one after it.
+    reclaim (the fault waits for a pod in its phase) ends the task as surely as one after it. A Mark Success
+    or Mark Failed of the instance at any time does too: it is the instance's final state.
     """
     people: dict[tuple[str, str, str, int], list[float]] = defaultdict(list)
     for f in faults:
         if f.kind in REST_FAULTS and f.instance is not None and f.outcome == "injected":
             people[f.instance].append(f.at)
+    # A Mark Success or Mark Failed sets the instance's final state for good, whenever it came: the try the
+    # person ended may still make a pod before it hears of it (the tenth soak: marked success at 04.2 s, its pod
+    # made at 06 s, succeeded, and was reclaimed), and neither that pod's success nor a result is the task's.
+    marked = {f.instance for f in faults if f.kind in ("mark_success", "mark_failed") and f.outcome == "injected"}
     created: dict[tuple[str, str, str, int], list[tuple[float, str | None]]] = defaultdict(list)
     for w in workloads:
         if w.instance is not None and w.backend == "kubernetes":
@@ -279,7 +284,7 @@ def reclaims_by_phase(
         assert f.key is not None
         instance = f.key[:4]
         since = born.get(f.target, f.at)
-        if any(at >= min(since, f.at) for at in people.get(instance, [])):
+        if any(at >= min(since, f.at) for at in people.get(instance, [])) or instance in marked:
             continue
         later = sorted(
             at for at, group in created.get(instance, []) if at > since and (group is None or group != f.group)
