@@ -7,14 +7,12 @@ Airflow's start-up and the runs' drain it takes about five minutes of a 2-core m
 suite's time budget does not have yet; the lead decides when it joins. Run it with
 ``pytest -m soak tests/soak/test_soak_slice.py``.
 
-It fails today, on provider defects the soak found and that are not fixed yet (docs/soak.rst, "What
-it found"): its last run (6 min 14 s) had 1 pod started after a success, 4 successful shards without
-their result XCom and 1 interruption recorded for no reclaim, each from a completed pod that a
-drain deleted before the operator read its end. Its reclaim kinds found no target twice out of
-two draws (k8s_reclaim_pending, batch_reclaim) in that run, which the per-kind check also reports.
-Since the reclaims at every phase joined the soak, its ``k8s_reclaim_after_success`` draws aim at
-those defects directly, so "each reclaim allowed what its phase allows" is expected to fail with
-them too (the slice has not been run since; seed 9's short run did, docs/soak.rst).
+Its last recorded run (6 min 14 s, before the fixes of the full runs since: docs/soak.rst, "What it found")
+failed on 1 pod started after a success, 4 successful shards without their result XCom and 1 interruption
+recorded for no reclaim, each from a completed pod that a drain deleted before the operator read its end;
+those defects are fixed, and the full runs at the same invariants have since passed, but the slice itself
+has not been run again. Its reclaim kinds found no target twice out of two draws (k8s_reclaim_pending,
+batch_reclaim) in that run, which the per-kind check also reports.
 """
 
 from __future__ import annotations
