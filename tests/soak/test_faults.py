@@ -214,3 +214,26 @@ def test_a_second_batch_reclaim_spares_the_attempt_a_first_one_is_stopping(aws_d
     assert first.target == job.job_id and first.outcome != "skipped"
     assert job.status == "RUNNING" and second.outcome == "skipped"
     emulator.client("batch").terminate_job(jobId=job.job_id, reason="test over")
+
+
+def test_every_fault_of_the_schedule_falls_inside_the_window() -> None:
+    """The slice (44 faults over 120 s) lost its last fault: one interval before each put the last one exactly
+    at the window's end, where the runner stops the injector. The waits are recorded here, not waited."""
+
+    class Recorded:
+        def __init__(self) -> None:
+            self.waits: list[float] = []
+
+        def wait(self, seconds: float) -> bool:  # Event.wait's answer: False, not stopped
+            self.waits.append(seconds)
+            return False
+
+        def set(self) -> None:
+            pass
+
+    injector = Injector(2611, 0, 120.0, None, lambda _: None, each=2)  # type: ignore[arg-type]
+    injector.stop = Recorded()  # type: ignore[assignment]
+    injector._apply = lambda fault, rng: None  # type: ignore[method-assign]
+    injector.run()
+    assert len(injector.faults) == 2 * len(KINDS)
+    assert sum(injector.stop.waits) < 120.0  # type: ignore[attr-defined]  # the last one before the window's end

@@ -1,7 +1,7 @@
 """The soak's seeded fault injector: which fault, when, and with what parameters.
 
 ``Injector(seed, total, seconds)`` draws ``total`` faults from ``KINDS`` (by weight) with
-``random.Random(seed)``, one every ``seconds / total``, each applied in a thread of its own so that
+``random.Random(seed)``, one every ``seconds / (total + 1)``, each applied in a thread of its own so that
 a slow fault (a reclaim waits out its pod's grace period) does not hold the schedule up. The kind
 sequence and every parameter come from the seed (``--replay SEED`` draws the same ones); which pod
 or job a fault hits is drawn from what is live at that moment, so a replay hits the same kinds in
@@ -137,7 +137,9 @@ class Injector(threading.Thread):
             yield number, kind, random.Random(self.rng.getrandbits(64))
 
     def run(self) -> None:
-        interval = self.seconds / max(self.total, 1)
+        # One interval before each fault and one left after the last: every fault falls inside the window (the
+        # slice lost its last one, due as the window closed, when the interval was seconds / total).
+        interval = self.seconds / (self.total + 1)
         for number, kind, params in self.draws():
             if self.stop.wait(interval):
                 return
