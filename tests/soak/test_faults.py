@@ -237,3 +237,40 @@ def test_every_fault_of_the_schedule_falls_inside_the_window() -> None:
     injector.run()
     assert len(injector.faults) == 2 * len(KINDS)
     assert sum(injector.stop.waits) < 120.0  # type: ignore[attr-defined]  # the last one before the window's end
+
+
+def test_in_the_slice_a_fault_that_found_no_target_aims_again_until_its_kind_is_applied() -> None:
+    """``each`` (the slice): the Pending-pod and Batch reclaims found no target either time they were drawn, so
+    those kinds proved nothing. Such a fault now aims again while the window lasts, until its kind has been
+    applied once; the full soak's draws (no ``each``) stay as drawn. The aims are a method given here."""
+    class NoWait:
+        def wait(self, seconds: float) -> bool:
+            return False
+
+    aims: list[int] = []
+
+    def aim(injector: Injector, fault: Fault, rng: random.Random) -> None:
+        aims.append(fault.number)
+        if len(aims) < 3:
+            fault.outcome = "skipped"  # no target yet
+        else:
+            fault.target = "found"
+
+    slice_ = Injector(2611, 0, 120.0, None, lambda _: None, each=1)  # type: ignore[arg-type]
+    slice_.stop = NoWait()  # type: ignore[assignment]
+    fault = Fault(1, 0.0, "batch_reclaim")
+    slice_.faults.append(fault)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Injector, "_batch_reclaim", aim)
+        slice_._apply(fault, random.Random(1))
+        assert (fault.outcome, fault.target, aims) == ("injected", "found", [1, 1, 1])
+        aims.clear()
+        second = Fault(2, 0.0, "batch_reclaim")  # its kind was applied: a skip is final
+        slice_.faults.append(second)
+        patch.setattr(Injector, "_batch_reclaim", lambda self, f, rng: setattr(f, "outcome", "skipped"))
+        slice_._apply(second, random.Random(1))
+        assert second.outcome == "skipped"
+        soak = Injector(2611, 10, 120.0, None, lambda _: None)  # type: ignore[arg-type]
+        drawn = Fault(1, 0.0, "batch_reclaim")
+        soak._apply(drawn, random.Random(1))
+        assert drawn.outcome == "skipped"  # drawn once, as drawn

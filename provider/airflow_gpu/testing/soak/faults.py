@@ -105,6 +105,8 @@ NOT_IMPLEMENTED: dict[str, str] = {}
 #: How long a pulling reclaim's slow pull lasts, and how long an aim at a phase waits for a pod in it.
 PULL_SECONDS = (6.0, 10.0)
 AIM_SECONDS = 10.0
+#: With ``each``: how long a fault that found no target waits before it aims again.
+RETRY_SECONDS = 2.0
 SPOT_NODE_PREFIX = "gpu-spot"
 
 
@@ -158,11 +160,28 @@ class Injector(threading.Thread):
             worker.join(max(deadline - time.monotonic(), 0.1))
 
     def _apply(self, fault: Fault, rng: random.Random) -> None:
-        try:
-            getattr(self, f"_{fault.kind}")(fault, rng)
-        except Exception as error:  # a fault that could not be applied is recorded, never fatal
-            fault.outcome = f"error: {type(error).__name__}: {str(error)[:160]}"
+        while True:
+            try:
+                getattr(self, f"_{fault.kind}")(fault, rng)
+            except Exception as error:  # a fault that could not be applied is recorded, never fatal
+                fault.outcome = f"error: {type(error).__name__}: {str(error)[:160]}"
+            if not self._aim_again(fault):
+                break
         self.log(fault.line())
+
+    def _aim_again(self, fault: Fault) -> bool:
+        """With ``each`` (the slice), a fault that found no target aims again a little later while the window
+        lasts, until its kind has been applied once: a kind that found nothing proves nothing (the slice's
+        Pending-pod and Batch reclaims found no target either time they were drawn). The full soak's draws
+        stay as drawn, so that a replay meets the same sequence."""
+        if self.plan is None or fault.outcome != "skipped" or self.stop.wait(RETRY_SECONDS):
+            return False
+        with self.lock:
+            if any(f.kind == fault.kind and f.outcome == "injected" for f in self.faults):
+                return False
+        fault.outcome, fault.target, fault.detail, fault.key, fault.group = "injected", "", "", None, None
+        fault.instance, fault.evicted, fault.at = None, (), time.time()  # its moment is the new aim's
+        return True
 
     # --- Kubernetes ----------------------------------------------------------------------
 
