@@ -243,6 +243,7 @@ def test_in_the_slice_a_fault_that_found_no_target_aims_again_until_its_kind_is_
     """``each`` (the slice): the Pending-pod and Batch reclaims found no target either time they were drawn, so
     those kinds proved nothing. Such a fault now aims again while the window lasts, until its kind has been
     applied once; the full soak's draws (no ``each``) stay as drawn. The aims are a method given here."""
+
     class NoWait:
         def wait(self, seconds: float) -> bool:
             return False
