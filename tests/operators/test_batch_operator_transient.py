@@ -317,6 +317,7 @@ def test_an_orphan_leaves_its_job_to_the_retry_that_tags_it_taken_over(
     monkeypatch.setenv("AIRFLOW__GPU__ORPHANED_TRY_PATIENCE_SECONDS", "600")
     monkeypatch.setattr(orphaned_try, "LOOK_SECONDS", 0.2)
     emulator, store, hold = aws_default_connection, Store(), tmp_path / "release"
+    # the workload runs until the test creates ``hold`` (a file it watches), then prints its result
     held = f"import pathlib, time\nwhile not pathlib.Path({str(hold)!r}).exists(): time.sleep(0.1)\n{RESULT}"
     first: Any = operator(command=[sys.executable, "-c", held])
     orphan = orphaned_try_of(first, store, 1, "RUNNING", emulator)

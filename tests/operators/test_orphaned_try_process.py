@@ -59,7 +59,7 @@ task = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.
 print(task.pid, flush=True)
 for line in task.stdout:  # read as the supervisor reads the task's logs, until it is killed
     pass
-time.sleep(3600)
+time.sleep(3600)  # lives on as a supervisor does, until the test SIGKILLs it: no wait of the test's
 """
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -110,23 +111,30 @@ def test_an_earlier_tries_pod_is_an_orphan_only_once_the_later_try_has_its_own(
     assert pod_or_none(core, "adopted-try1").metadata.deletion_timestamp is None
 
 
+def start_training(core: client.CoreV1Api, job: str, service: bool = True) -> Callable[[], list[Any]]:
+    """A two-machine training Job of a task try as ``AccelerateTrainOperator`` makes it (``job_manifests``: its
+    machines held by the provider's finalizer, as the operator's pod template carries it), with its Service,
+    once both machines run; returns what lists its machines, cluster-wide (a namespace's listing may be faulted)."""
+    ti = Ti(1, dag_id="gpu", task_id="train", run_id=RUN)
+    pod = {
+        "metadata": {"name": "train-x", "namespace": "default", **pod_marks(ti), "finalizers": [END_HOLD]},
+        "spec": {"containers": [{"name": "base", "image": "busybox", "command": ["sleep", "600"]}]},  # the training
+    }
+    manifests = job_manifests(pod, job, machines=2, port=29500, base_container="base")
+    if service:
+        core.create_namespaced_service("default", manifests["service"])
+    client.BatchV1Api(core.api_client).create_namespaced_job("default", manifests["job"])
+    machines = lambda: core.list_pod_for_all_namespaces(label_selector=f"{JOB_LABEL}={job}").items  # noqa: E731
+    wait_for(lambda: sum(p.status.phase == "Running" for p in machines()) == 2, 30, "both machines running")
+    return machines
+
+
 def test_a_training_job_is_deleted_with_its_pods_and_service(
     kubernetes_emulator: KubernetesEmulator, core: client.CoreV1Api
 ) -> None:
     """Foreground, as the operator deletes it: the API's default for a Job would leave its pods training."""
-    ti = Ti(1, dag_id="gpu", task_id="train", run_id=RUN)
-    pod = {
-        "metadata": {"name": "train-x", "namespace": "default", **pod_marks(ti), "finalizers": [END_HOLD]},
-        "spec": {"containers": [{"name": "base", "image": "busybox", "command": ["sleep", "600"]}]},
-    }
-    manifests = job_manifests(pod, "train-1a2b3c4d", machines=2, port=29500, base_container="base")
-    batch = client.BatchV1Api(core.api_client)
-    core.create_namespaced_service("default", manifests["service"])
-    batch.create_namespaced_job("default", manifests["job"])
-    selector = f"{JOB_LABEL}=train-1a2b3c4d"
-    running = lambda: [p for p in core.list_namespaced_pod("default", label_selector=selector).items  # noqa: E731
-                       if p.status.phase == "Running"]  # fmt: skip
-    wait_for(lambda: len(running()) == 2, 30, "both ranks running")
+    start_training(core, "train-1a2b3c4d")
+    batch, selector = client.BatchV1Api(core.api_client), f"{JOB_LABEL}=train-1a2b3c4d"
     airflow = RecordedAirflow({("gpu", "train", RUN, -1): InstanceState("success", 1)})
 
     report = reap([cluster(kubernetes_emulator)], airflow, delete=True, grace=NONE)
@@ -144,17 +152,8 @@ def test_a_training_job_whose_machines_cannot_be_listed_is_deleted_and_the_next_
 ) -> None:
     """The Job's delete succeeded, so its action says so, with the machines it could not let go beside it
     (not "FAILED": the Job is gone for good). Its held machines, being deleted, are the next reap's."""
-    ti = Ti(1, dag_id="gpu", task_id="train", run_id=RUN)
-    pod = {
-        "metadata": {"name": "train-x", "namespace": "default", **pod_marks(ti), "finalizers": [END_HOLD]},
-        "spec": {"containers": [{"name": "base", "image": "busybox", "command": ["sleep", "600"]}]},
-    }
-    manifests = job_manifests(pod, "train-5e6f7a8b", machines=2, port=29500, base_container="base")
-    batch = client.BatchV1Api(core.api_client)
-    batch.create_namespaced_job("default", manifests["job"])
-    selector = f"{JOB_LABEL}=train-5e6f7a8b"
-    machines = lambda: core.list_pod_for_all_namespaces(label_selector=selector).items  # noqa: E731 (not faulted)
-    wait_for(lambda: sum(p.status.phase == "Running" for p in machines()) == 2, 30, "both ranks running")
+    machines = start_training(core, "train-5e6f7a8b", service=False)
+    batch, selector = client.BatchV1Api(core.api_client), f"{JOB_LABEL}=train-5e6f7a8b"
     airflow = RecordedAirflow({("gpu", "train", RUN, -1): InstanceState("failed", 1)})
     # the reaper lists cluster-wide; only the Job's own listing of its machines is in the namespace
     kubernetes_emulator.inject_api_fault(verb="list", resource="pods", namespace="default", status=403, times=None)
@@ -218,18 +217,8 @@ def test_a_training_job_whose_service_cannot_be_deleted_is_still_deleted_and_its
     """A Service delete the API refuses (a Role without ``delete`` on services) costs the Service only: the Job
     goes, its held machines are let go first (they would keep it in the API), and the Service, its Job gone, is
     the next reap's."""
-    ti = Ti(1, dag_id="gpu", task_id="train", run_id=RUN)
-    pod = {
-        "metadata": {"name": "train-x", "namespace": "default", **pod_marks(ti), "finalizers": [END_HOLD]},
-        "spec": {"containers": [{"name": "base", "image": "busybox", "command": ["sleep", "600"]}]},
-    }
-    manifests = job_manifests(pod, "train-9c0d1e2f", machines=2, port=29500, base_container="base")
-    batch = client.BatchV1Api(core.api_client)
-    core.create_namespaced_service("default", manifests["service"])
-    batch.create_namespaced_job("default", manifests["job"])
-    selector = f"{JOB_LABEL}=train-9c0d1e2f"
-    machines = lambda: core.list_namespaced_pod("default", label_selector=selector).items  # noqa: E731
-    wait_for(lambda: sum(p.status.phase == "Running" for p in machines()) == 2, 30, "both ranks running")
+    machines = start_training(core, "train-9c0d1e2f")
+    batch, selector = client.BatchV1Api(core.api_client), f"{JOB_LABEL}=train-9c0d1e2f"
     airflow = RecordedAirflow({("gpu", "train", RUN, -1): InstanceState("failed", 1)})
     kubernetes_emulator.inject_api_fault(verb="delete", resource="services", status=403, times=1)
 

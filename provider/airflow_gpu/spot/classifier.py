@@ -212,43 +212,51 @@ def ended_on_a_deletion_signal(pod: Mapping[str, Any]) -> bool:
     on the deletion's SIGTERM ends ``Succeeded`` (the kubelet's phase for exit codes 0) without having finished.
     Visible while a finalizer holds the pod (``utils.end_hold``).
 
-    The profiler's end in a container's termination message (``profiling.termination``) decides: a stop
-    signal the workload got before it exited, or a spot notice it ended on without its result line (a workload
-    may stop early on the notice file), is a stop; neither is a finish, whatever came after (PodGC deleting
-    the completed pod). Without the profiler's word the phase stands, as
-    documented: the timestamps cannot tell (the kubelet's final delete moves ``deletionTimestamp`` to the
-    end, and a drain right after a finish dates its ``DisruptionTarget`` within the same second)."""
-    from airflow_gpu.profiling import termination
-
+    The profiler's end in a container's termination message (``profiling.termination``) decides
+    (``_stopped``); a stop is no finish, whatever came after (PodGC deleting the completed pod). Without the
+    profiler's word the phase stands, as documented: the timestamps cannot tell (the kubelet's final delete
+    moves ``deletionTimestamp`` to the end, and a drain right after a finish dates its ``DisruptionTarget``
+    within the same second)."""
     metadata = pod.get("metadata") or {}
     if not metadata.get("deletionTimestamp") and _disruption(pod) is None:
         return False
-    for _name, kind, state in _container_states(pod):
-        end = termination.read(state.get("message"))[1] if kind == "terminated" and state.get("exitCode") == 0 else None
-        if end is not None:  # the profiler writes on exit 0 only
-            # a spot notice is a stop when the workload ended without its result (it stopped early on the
-            # notice); one it ran past to the end, its result kept, is no stop (the reclaim came after)
-            noticed = bool(end.get("spot_notice")) and end.get("result") != "kept"
-            return bool(STOP_SIGNALS & set(end.get("signals") or ())) or noticed
-    return False
+    end = _profiler_end(pod)
+    return end is not None and _stopped(end)
 
 
 def finished_with_result(pod: Mapping[str, Any] | None) -> bool:
     """The pod ended ``Succeeded`` and the profiler's end says its workload printed its result line (``"result"``
-    ``kept``, or ``too long`` to carry in the message) and got no stop signal: it declared its output and exited
-    0 of its own accord (a spot notice it ran past to its result is no stop, as ``ended_on_a_deletion_signal``
-    has it). What a training's main machine shows when the training finished
-    (``spot.training_job.job_end``). False without the profiler's word."""
+    ``kept``, or ``too long`` to carry in the message) and was not stopped (``_stopped``, whether or not a
+    deletion or disruption shows on the pod): it declared its output and exited 0 of its own accord. What a
+    training's main machine shows when the training finished (``spot.training_job.job_end``). False without
+    the profiler's word."""
+    if pod is None or (pod.get("status") or {}).get("phase") != "Succeeded":
+        return False
+    end = _profiler_end(pod)
+    return end is not None and end.get("result") in PRINTED and not _stopped(end)
+
+
+#: The profiler's ``result`` values for a workload that printed its result line.
+PRINTED = ("kept", "too long")
+
+
+def _profiler_end(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The profiler's end line from a container's termination message; it writes one on exit 0 only."""
     from airflow_gpu.profiling import termination
 
-    if pod is None or (pod.get("status") or {}).get("phase") != "Succeeded" or ended_on_a_deletion_signal(pod):
-        return False
     for _name, kind, state in _container_states(pod):
-        end = termination.read(state.get("message"))[1] if kind == "terminated" and state.get("exitCode") == 0 else None
-        if end is not None:  # a stop signal it got counts even where no deletion or disruption shows
-            stopped = bool(STOP_SIGNALS & set(end.get("signals") or ()))
-            return end.get("result") in ("kept", "too long") and not stopped
-    return False
+        if kind == "terminated" and state.get("exitCode") == 0:
+            end = termination.read(state.get("message"))[1]
+            if end is not None:
+                return end
+    return None
+
+
+def _stopped(end: Mapping[str, Any]) -> bool:
+    """A stop signal reached the workload before it exited, or it ended on a spot notice without its result (a
+    workload may stop early on the notice file); a notice it ran past to its result is no stop."""
+    noticed = bool(end.get("spot_notice")) and end.get("result") not in PRINTED
+    return bool(STOP_SIGNALS & set(end.get("signals") or ())) or noticed
 
 
 def completed_before_deletion(pod: Mapping[str, Any] | None, container: str) -> bool:

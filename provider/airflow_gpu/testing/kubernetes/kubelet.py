@@ -474,8 +474,7 @@ class PodRun:
         code = run.exit_code if run.exited.is_set() and run.exit_code is not None else script.exit_code
         run.exited.set()
         run.exit_code = code
-        share = MAX_POD_MESSAGE_BYTES // len(self.containers)
-        message = script.message.encode()[-MAX_MESSAGE_BYTES:][:share].decode("utf-8", "replace") or None
+        message = kept_message(script.message.encode(), MAX_POD_MESSAGE_BYTES // len(self.containers))
         return self._terminated(run, code, "Completed" if code == 0 else "Error", message)
 
     @staticmethod
@@ -535,11 +534,19 @@ def termination_message(run: ContainerRun, share: int = MAX_POD_MESSAGE_BYTES) -
     data = b""
     if run.termination_file is not None:
         with contextlib.suppress(OSError):
-            data = Path(run.termination_file).read_bytes()[-MAX_MESSAGE_BYTES:]
-    if not data and run.message_policy == "FallbackToLogsOnError" and run.exit_code:
+            data = Path(run.termination_file).read_bytes()
+    if data:
+        return kept_message(data, share)
+    if run.message_policy == "FallbackToLogsOnError" and run.exit_code:
         tail = "".join(line + "\n" for _, line in run.lines[-MAX_FALLBACK_LINES:])  # as the log file has them
-        data = tail.encode()[-MAX_FALLBACK_BYTES:]
-    return data[:share].decode("utf-8", "replace") or None
+        return tail.encode()[-MAX_FALLBACK_BYTES:][:share].decode("utf-8", "replace") or None
+    return None
+
+
+def kept_message(data: bytes, share: int) -> str | None:
+    """What the kubelet keeps of a termination message file: its last 4096 bytes, cut to the container's
+    ``share`` of the pod's 12 KiB from the start; None when empty."""
+    return data[-MAX_MESSAGE_BYTES:][:share].decode("utf-8", "replace") or None
 
 
 def container_status(
