@@ -116,6 +116,27 @@ def test_several_kubernetes_machines_take_rank_and_main_address_from_the_pod() -
     assert flags["--machine_rank"] == "RANK" and flags["--main_process_ip"] == "MAIN"
 
 
+def test_a_templated_port_is_rendered_into_the_launch_and_checked_then() -> None:
+    """A port from the run's conf or params (the soak gives each run its own) reaches ``--main_process_port``
+    once rendered; what renders to no port fails the task naming the field, as a bad number fails the parse."""
+    from jinja2 import Environment
+
+    op = train(target="kubernetes", accelerator="H100:8", num_machines=2, gpu_profile=False,
+               main_process_port="{{ params.port }}")  # fmt: skip
+    op.render_template_fields({"params": {"port": 29611}}, jinja_env=Environment())
+    script = op._backend_operator(op.launch).cmds[2]
+    argv = shlex.split(script.replace('"$JOB_COMPLETION_INDEX"', "RANK").replace(f'"${ENV_MAIN_ADDRESS}"', "MAIN"))
+    assert dict(itertools.pairwise(argv))["--main_process_port"] == "29611"
+    op.main_process_port = "{{ params.port }}"
+    op.render_template_fields({"params": {"port": "http"}}, jinja_env=Environment())
+    with pytest.raises(AcceleratorSpecError, match="main_process_port") as caught:
+        op.execute({})  # the launch is built from the rendered fields first
+    assert caught.value.field == "main_process_port" and "1 to 65535" in str(caught.value)
+    for bad in (0, 70000, "29x", True):
+        with pytest.raises(AcceleratorSpecError, match="not a TCP port"):
+            train(target="kubernetes", accelerator="H100:8", num_machines=2, main_process_port=bad)
+
+
 def test_several_batch_machines_are_a_multi_node_job_on_demand() -> None:
     op = train(target="batch", accelerator="A10G:4", num_machines=2, job_queue="gpu-on-demand", gpu_profile=False)
     inner = op._backend_operator(op.launch)

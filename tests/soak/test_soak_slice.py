@@ -7,13 +7,11 @@ Airflow's start-up and the runs' drain it takes about five minutes of a 2-core m
 suite's time budget does not have yet; the lead decides when it joins. Run it with
 ``pytest -m soak tests/soak/test_soak_slice.py``.
 
-Its last runs (2026-11-27): at 4eac65e every invariant held, but only 43 of the 44 faults fired and two reclaim
-kinds found no target either time. At 4edce13, with every fault inside the window and a kind that found no target
-aiming again: 44 faults, the Pending-pod reclaim applied; the Batch reclaim still found no spot job running
-in the window; and one deferred training failed, its main machine's ``accelerate launch`` refusing port 29690 as
-"utilized by another process". Every emulated machine is this one host, so a machine of the DAG's previous
-run that still held the port (a real pod has an address of its own) stops the next: the soak's port per DAG
-is not enough, and where the lingering process came from is not traced yet.
+Its runs (2026-11-27): at 4edce13 no Batch job ran on spot while the Batch reclaim aimed (4 s of
+RUNNING per run, and a SubmitJob reset's minute of look-up), and a deferred training's main machine
+found its rendezvous port held by the Job of the DAG's run just marked success (every emulated machine
+is this host). The slice now trains 2 s epochs on Batch (``--epoch-seconds``) and gives each training
+run its own port; its next run applied every kind and held every invariant (docs/soak.rst).
 """
 
 from __future__ import annotations
@@ -35,7 +33,8 @@ def test_a_fixed_seed_slice_keeps_every_promise(tmp_path: Path) -> None:
     workdir = tmp_path / "soak"
     command = [
         sys.executable, "-m", "airflow_gpu.testing.soak", "--seed", str(SEED), "--each", "2", "--minutes", "2",
-        "--drain-minutes", "5", "--shards", "6", "--rows", "100", "--grace", "15", "--workdir", str(workdir),
+        "--drain-minutes", "5", "--shards", "6", "--rows", "100", "--epoch-seconds", "2",
+        "--grace", "15", "--workdir", str(workdir),
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]

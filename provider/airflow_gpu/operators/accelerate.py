@@ -57,7 +57,8 @@ class AccelerateTrainOperator(BaseOperator):
     :param dynamo_backend: ``torch.compile`` backend (``"inductor"``), default none.
     :param fsdp: True, or FSDP options (``{"sharding_strategy": "FULL_SHARD"}`` -> ``--fsdp_sharding_strategy``).
     :param deepspeed_config: a DeepSpeed config file; not with ``fsdp``.
-    :param main_process_port: the rendezvous port on the main machine.
+    :param main_process_port: the rendezvous port on the main machine; templated (a template is checked
+        once rendered, a number at parse time).
     :param accelerate_config_file: an accelerate config: it decides the distributed type, precision
         and dynamo backend unless ``mixed_precision`` or ``dynamo_backend`` are given here.
     :param env: environment variables for the training processes; templated.
@@ -81,7 +82,7 @@ class AccelerateTrainOperator(BaseOperator):
     could not be read) returns None with a warning saying which.
     """
 
-    template_fields: Sequence[str] = ("training_script", "script_args", "env", "backend_templates")
+    template_fields: Sequence[str] = ("training_script", "script_args", "main_process_port", "env", "backend_templates")
     operator_extra_links = (GPUProfileLink(),)
     ui_color = "#ffd8a8"
 
@@ -97,7 +98,7 @@ class AccelerateTrainOperator(BaseOperator):
         dynamo_backend: str | None = None,
         fsdp: Mapping[str, str | int | bool] | bool | None = None,
         deepspeed_config: str | None = None,
-        main_process_port: int = 29500,
+        main_process_port: int | str = 29500,
         accelerate_config_file: str | None = None,
         env: Mapping[str, str] | None = None,
         target: Target = "local",
@@ -144,13 +145,14 @@ class AccelerateTrainOperator(BaseOperator):
                 training_script=training_script, script_args=tuple(script_args), accelerator=candidate,
                 num_machines=num_machines, num_processes=num_processes, mixed_precision=mixed_precision,
                 dynamo_backend=dynamo_backend, fsdp=fsdp, deepspeed_config=deepspeed_config,
-                main_process_port=main_process_port, accelerate_config_file=accelerate_config_file,
+                main_process_port=_parse_time_port(main_process_port), accelerate_config_file=accelerate_config_file,
                 target=target, capacity=capacity or _batch_capacity(backend),
             )
             for candidate in (self.candidates or (None,))
         )  # fmt: skip
         self.training_script = training_script
         self.script_args = list(script_args)
+        self.main_process_port = main_process_port
         self.env = dict(env or {})
         self.gpu_profile = profiled_by_default(self.candidates) if gpu_profile is None else bool(gpu_profile)
         self.gpu_profile = self.gpu_profile and bool(self.candidates)
@@ -170,7 +172,11 @@ class AccelerateTrainOperator(BaseOperator):
     def launch(self) -> AccelerateLaunch:
         """The launch, rendered: built again from the rendered fields at execute."""
         return self.launches[0].model_copy(
-            update={"training_script": self.training_script, "script_args": tuple(self.script_args)}
+            update={
+                "training_script": self.training_script,
+                "script_args": tuple(self.script_args),
+                "main_process_port": _port(self.main_process_port),
+            }
         )
 
     @classmethod
@@ -252,6 +258,22 @@ class AccelerateTrainOperator(BaseOperator):
         """The workload must not run on, billed: the launcher's process group, or the pod, job or Batch job."""
         if self._runner is not None:
             self._runner.on_kill()
+
+
+def _port(value: int | str) -> int:
+    """The rendezvous port, rendered: a whole number from 1 to 65535 (a template renders to a string)."""
+    text = str(value).strip()
+    if isinstance(value, bool) or not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise AcceleratorSpecError("main_process_port", value, "not a TCP port", ["1 to 65535"])
+    return int(text)
+
+
+def _parse_time_port(value: int | str) -> int:
+    """What the launch is checked with while the DAG is parsed: the port, or for a template (rendered
+    only when the task runs) the default, so that the rest of the launch is still checked now."""
+    if isinstance(value, str) and "{{" in value:
+        return 29500
+    return _port(value)
 
 
 def _backend_class(target: str) -> type[BaseOperator]:

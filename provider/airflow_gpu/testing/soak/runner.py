@@ -24,12 +24,29 @@ from airflow_gpu.testing.soak import invariants, soak_dags
 from airflow_gpu.testing.soak.faults import KINDS, Context, Fault, Injector
 from airflow_gpu.testing.soak.observer import Observer
 from airflow_gpu.testing.soak.report import page, summary, text
-from airflow_gpu.testing.soak.soak_dags import ACCELERATE, EPOCHS, FANOUT, RETRIES, TRAINING, expected_shard
+from airflow_gpu.testing.soak.soak_dags import (
+    ACCELERATE,
+    EPOCH_SECONDS,
+    EPOCHS,
+    FANOUT,
+    PORTS_PER_DAG,
+    RETRIES,
+    TRAINING,
+    expected_shard,
+)
 from airflow_gpu.testing.soak.stack import PASSWORD, SoakStack, Supervisor, soak_stack
 
 MAX_MINUTES = 30.0
 FINISHED = ("success", "failed")
 DAGS = (*FANOUT, *TRAINING, *ACCELERATE)
+
+
+def run_port(dag_id: str, earlier_runs: int) -> int:
+    """Each training run's own rendezvous port, cycling through the DAG's range. Every emulated machine
+    is this host: a run marked success or failed while deferred keeps its Job until the trigger's
+    cleanup deletes it, and the next run, started at once, found its main machine's port still held
+    (a real pod has an address of its own, so a fixed port is what users run)."""
+    return ACCELERATE[dag_id] + earlier_runs % PORTS_PER_DAG
 
 
 def log(message: str) -> None:
@@ -39,15 +56,20 @@ def log(message: str) -> None:
 class Runs:
     """One active run per soak DAG while the fault window is open; each run's start, end and state."""
 
-    def __init__(self, soak: SoakStack, shards: int, rows: int) -> None:
-        self.soak, self.shards, self.rows = soak, shards, rows
+    def __init__(self, soak: SoakStack, shards: int, rows: int, epoch_seconds: float = EPOCH_SECONDS) -> None:
+        self.soak, self.shards, self.rows, self.epoch_seconds = soak, shards, rows, epoch_seconds
         self.runs: list[dict[str, Any]] = []
         self.active: dict[str, dict[str, Any]] = {}
 
     def conf(self, dag_id: str) -> dict[str, Any]:
         if dag_id in FANOUT:
             return {"shards": self.shards, "rows": self.rows}
-        return {"workdir": str(self.soak.workdir / "checkpoints")}
+        conf: dict[str, Any] = {"workdir": str(self.soak.workdir / "checkpoints")}
+        if dag_id in TRAINING:
+            conf["epoch_seconds"] = self.epoch_seconds
+        if dag_id in ACCELERATE:
+            conf["port"] = run_port(dag_id, sum(run["dag_id"] == dag_id for run in self.runs))
+        return conf
 
     def tick(self, open_window: bool) -> None:
         stack = self.soak.stack
@@ -183,6 +205,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drain-minutes", type=float, default=8.0, help="the bound on the last runs after it")
     parser.add_argument("--shards", type=int, default=50)
     parser.add_argument("--rows", type=int, default=200)
+    parser.add_argument(
+        "--epoch-seconds", type=float, default=EPOCH_SECONDS,
+        help=f"each of the Batch training's {EPOCHS} epochs (longer: more of each run for a reclaim to meet)",
+    )  # fmt: skip
     parser.add_argument("--grace", type=float, default=30.0, help="seconds before leftovers count as orphans")
     parser.add_argument("--workdir", default=".soak")
     args = parser.parse_args(argv)
@@ -193,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     replay = (
         f"python -m airflow_gpu.testing.soak --replay {seed} --faults {args.faults} --each {args.each} "
         f"--minutes {minutes:g} --drain-minutes {args.drain_minutes:g} --shards {args.shards} --rows {args.rows}"
+        f" --epoch-seconds {args.epoch_seconds:g}"
     )
     count = args.each * len(KINDS) if args.each else args.faults
     log(f"soak seed {seed}: {count} faults over {minutes:g} min (replay: {replay})")
@@ -207,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         context = Context(stack, soak.kubernetes, soak.batch, soak.redis, soak.postgres, observer)
         supervisor = Supervisor(stack, context.supervisor_lock, context.held_down, log)
         supervisor.start()
-        runs = Runs(soak, args.shards, args.rows)
+        runs = Runs(soak, args.shards, args.rows, args.epoch_seconds)
         injector = Injector(seed, args.faults, minutes * 60, context, log, each=args.each)
         window_start = time.time()
         runs.tick(open_window=True)

@@ -32,6 +32,8 @@ SHARD_SECONDS = 4.0
 #: the moment a reclaim after the result line and before the exit lands in.
 RESULT_HOLD_SECONDS = 1.0
 EPOCHS = 10
+#: The Batch training's default epoch (the run's conf may say another: ``--epoch-seconds``).
+EPOCH_SECONDS = 0.4
 ACCELERATE_EPOCHS = 4
 #: The example DAGs' training script, from the checkout the soak runs in (every emulated machine is this host).
 TRAINING_SCRIPT = str(Path(airflow_gpu.__file__).resolve().parents[2] / "dags" / "training" / "tiny_regression.py")
@@ -62,7 +64,7 @@ def on_sigterm(*_):
 signal.signal(signal.SIGTERM, on_sigterm)
 epochs = int(os.environ["EPOCHS"])
 while state["epoch"] < epochs:
-    time.sleep(0.4)
+    time.sleep(float(os.environ["EPOCH_SECONDS"]))
     state["epoch"] += 1
     state["loss"] = round(2.5 * math.exp(-0.15 * state["epoch"]), 4)
     json.dump(state, open(path, "w"))
@@ -143,6 +145,7 @@ def training(dag_id: str, deferrable: bool) -> DAG:
             task_id="train", accelerator=["A10G", "L4"], image="auto", command=["python3", "-c", TRAIN],
             environment={
                 "EPOCHS": str(EPOCHS),
+                "EPOCH_SECONDS": f"{{{{ dag_run.conf.get('epoch_seconds', {EPOCH_SECONDS}) }}}}",
                 "CHECKPOINT_FILE": "{{ dag_run.conf.get('workdir', '/tmp') }}/{{ run_id | replace(':', '_') }}/c.json",
             },
             job_queues={"spot": "gpu-spot", "on-demand": "gpu-on-demand"},
@@ -167,7 +170,8 @@ def accelerate(dag_id: str, deferrable: bool, port: int) -> DAG:
                 "--epochs", str(ACCELERATE_EPOCHS), "--epoch-seconds", "1", "--checkpoint-dir",
                 "{{ dag_run.conf.get('workdir', '/tmp') }}/{{ run_id | replace(':', '_') }}/accelerate",
             ],
-            env={"ACCELERATE_USE_CPU": "1"}, accelerator="H100", num_machines=2, main_process_port=port,
+            env={"ACCELERATE_USE_CPU": "1"}, accelerator="H100", num_machines=2,
+            main_process_port=f"{{{{ dag_run.conf.get('port', {port}) }}}}",
             capacity="spot", spot=SpotPolicy(max_interruptions=25, grace_period_seconds=2, capacity_timeout=300),
             poll_interval=1, deferrable=deferrable,  # profiled, the default for NVIDIA GPUs: what users run
         )  # fmt: skip
@@ -176,8 +180,10 @@ def accelerate(dag_id: str, deferrable: bool, port: int) -> DAG:
 
 FANOUT = ("soak_fanout_kubernetes", "soak_fanout_kubernetes_deferrable")
 TRAINING = ("soak_train_batch", "soak_train_batch_deferrable")
-#: Each its own rendezvous port: every emulated machine is this host (not the e2e scenarios' 29500-29570).
-ACCELERATE = {"soak_accelerate_kubernetes": 29680, "soak_accelerate_kubernetes_deferrable": 29690}
+#: The first of each DAG's rendezvous ports (``runner.run_port`` gives each run its own, from the run's
+#: conf): every emulated machine is this host (not the e2e scenarios' 29500-29570).
+ACCELERATE = {"soak_accelerate_kubernetes": 29600, "soak_accelerate_kubernetes_deferrable": 29650}
+PORTS_PER_DAG = 50
 for _dag_id in FANOUT:
     fanout(_dag_id, deferrable=_dag_id.endswith("deferrable"))
 for _dag_id in TRAINING:

@@ -128,6 +128,10 @@ def soak_stack(workdir: Path, log: Callable[[str], Any], workers: int = 2, trigg
                 "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "30",
                 "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
                 "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "60",
+                # Checked only every this many seconds of one scheduler's life, for the tasks it queued or
+                # adopted (Airflow 3.3): at the default 120 s, a scheduler killed about once a minute never
+                # checked, and two trainings sat 13 minutes queued after Redis restarts (the eleventh soak).
+                "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT_CHECK_INTERVAL": "15",
                 "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "30",
                 "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "3600",
                 "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",

@@ -1,0 +1,38 @@
+"""The soak runner's run conf: what each DAG's run is given (``runner.Runs.conf``). No stack: ``Runs``
+reads only the soak's workdir from it, given here as a plain object."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from airflow_gpu.testing.soak.runner import Runs, run_port
+from airflow_gpu.testing.soak.soak_dags import ACCELERATE, EPOCH_SECONDS, FANOUT, PORTS_PER_DAG, TRAINING
+
+
+def runs(tmp_path: Path, **kwargs: Any) -> Runs:
+    return Runs(SimpleNamespace(workdir=tmp_path), shards=6, rows=100, **kwargs)  # type: ignore[arg-type]
+
+
+def test_each_training_run_rendezvous_on_a_port_no_recent_run_of_either_dag_holds(tmp_path: Path) -> None:
+    """Every emulated machine is this host: a run marked done while deferred keeps its Job until the
+    trigger's cleanup, and the next run, started at once, must not meet its main machine's port."""
+    soak = runs(tmp_path)
+    ports: dict[str, list[int]] = {dag_id: [] for dag_id in ACCELERATE}
+    for _ in range(PORTS_PER_DAG):
+        for dag_id in ACCELERATE:
+            ports[dag_id].append(soak.conf(dag_id)["port"])
+            soak.runs.append({"dag_id": dag_id})
+    every = [port for taken in ports.values() for port in taken]
+    assert len(set(every)) == len(every) == PORTS_PER_DAG * len(ACCELERATE)
+    assert all(29500 + 70 < port <= 65535 for port in every)  # clear of the e2e scenarios' 29500-29570
+    dag_id = next(iter(ACCELERATE))
+    assert run_port(dag_id, PORTS_PER_DAG) == ports[dag_id][0]  # the range cycles
+
+
+def test_batch_trainings_get_the_epoch_length_and_fan_outs_their_size(tmp_path: Path) -> None:
+    assert runs(tmp_path).conf(TRAINING[0])["epoch_seconds"] == EPOCH_SECONDS
+    conf = runs(tmp_path, epoch_seconds=2.0).conf(TRAINING[1])
+    assert conf == {"workdir": str(tmp_path / "checkpoints"), "epoch_seconds": 2.0}
+    assert runs(tmp_path).conf(FANOUT[0]) == {"shards": 6, "rows": 100}
