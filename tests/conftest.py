@@ -66,10 +66,15 @@ def _yield_to_the_stack(item: pytest.Item) -> None:
     scenario's task once did not start within its 300 s while the scheduler's log stayed quiet; the unit
     tests only wait longer."""
     global _NICED
-    if _NICED or "PYTEST_XDIST_WORKER" not in os.environ or item.path.is_relative_to(REPO / "tests" / "e2e"):
+    if _NICED or "PYTEST_XDIST_WORKER" not in os.environ or _runs_a_stack(item):
         return
     _NICED = True
     os.nice(5)
+
+
+def _runs_a_stack(item: pytest.Item) -> bool:
+    """An end-to-end test (the shared stack) or the soak's slice (a production-shaped stack of its own)."""
+    return item.path.is_relative_to(REPO / "tests" / "e2e") or item.get_closest_marker("soak") is not None
 
 
 @pytest.hookimpl(wrapper=True, trylast=True)
@@ -122,10 +127,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     e2e = REPO / "tests" / "e2e"
     distributed = "PYTEST_XDIST_WORKER" in os.environ
 
-    def place(item: pytest.Item) -> tuple[bool, bool]:
+    def place(item: pytest.Item) -> tuple[bool, bool, bool]:
         in_e2e = item.path.is_relative_to(e2e)
         reads_a_scenario = "scenario_run" in getattr(item, "fixturenames", ())
-        return in_e2e != distributed, not reads_a_scenario
+        return in_e2e != distributed, item.get_closest_marker("soak") is None, not reads_a_scenario
 
     items.sort(key=place)
 

@@ -216,27 +216,36 @@ def test_a_second_batch_reclaim_spares_the_attempt_a_first_one_is_stopping(aws_d
     emulator.client("batch").terminate_job(jobId=job.job_id, reason="test over")
 
 
-def test_every_fault_of_the_schedule_falls_inside_the_window() -> None:
+@pytest.mark.parametrize("late", [0.0, 1.0])
+def test_every_fault_of_the_schedule_falls_inside_the_window(late: float) -> None:
     """The slice (44 faults over 120 s) lost its last fault: one interval before each put the last one exactly
-    at the window's end, where the runner stops the injector. The waits are recorded here, not waited."""
+    at the window's end, where the runner stops the injector. Run beside the suite, it lost it again: each
+    wait woke late, and the lateness added up. Each fault is due at its own moment from the start now. The
+    clock is one given here; a wait moves it on by what was asked and ``late`` seconds more."""
+    clock = [1000.0]
 
     class Recorded:
         def __init__(self) -> None:
-            self.waits: list[float] = []
+            self.moments: list[float] = []
 
         def wait(self, seconds: float) -> bool:  # Event.wait's answer: False, not stopped
-            self.waits.append(seconds)
+            clock[0] += seconds + late
+            self.moments.append(clock[0] - 1000.0)
             return False
 
         def set(self) -> None:
             pass
 
     injector = Injector(2611, 0, 120.0, None, lambda _: None, each=2)  # type: ignore[arg-type]
+    injector.clock = lambda: clock[0]
     injector.stop = Recorded()  # type: ignore[assignment]
     injector._apply = lambda fault, rng: None  # type: ignore[method-assign]
     injector.run()
-    assert len(injector.faults) == 2 * len(KINDS)
-    assert sum(injector.stop.waits) < 120.0  # type: ignore[attr-defined]  # the last one before the window's end
+    moments = injector.stop.moments  # type: ignore[attr-defined]
+    assert len(injector.faults) == len(moments) == 2 * len(KINDS)
+    interval = 120.0 / (2 * len(KINDS) + 1)
+    assert all(abs(m - (n + 1) * interval - late) < 1e-6 for n, m in enumerate(moments))  # not late by n x late
+    assert moments[-1] < 120.0  # the last one before the window's end
 
 
 def test_in_the_slice_a_fault_that_found_no_target_aims_again_until_its_kind_is_applied() -> None:

@@ -44,3 +44,23 @@ def test_a_missing_server_names_the_package(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setattr(postgres, "server_bin_dir", lambda: None)
     with pytest.raises(RuntimeError, match="install the Debian package postgresql"):
         PostgresServer(tmp_path)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the server runs as its own user only when started by root")
+def test_the_server_user_keeps_its_data_when_a_folder_above_it_closes(tmp_path: Path) -> None:
+    """Another pytest starting (the CI how-to's test does, beside the soak's slice) sets ``/tmp/pytest-of-root``
+    back to mode 0700: a data directory under it was gone for the ``postgres`` user, and the server shut down
+    at its next check ("could not stat data directory"). What the server user can reach is asked here as it
+    asks it, after the same chmod; the server's own directory is gone with it at the end, its log kept."""
+    import subprocess
+
+    from airflow_gpu.testing.postgres import SERVER_USER
+
+    above = tmp_path / "pytest-of-root"
+    with PostgresServer(above / "pg") as server:
+        above.chmod(0o700)
+        as_server = ["runuser", "-u", SERVER_USER, "--"]
+        stat = subprocess.run([*as_server, "stat", str(server.data / "PG_VERSION")], check=False)
+        assert stat.returncode == 0
+        home = server.home
+    assert not home.exists() and (above / "pg" / "server.log").is_file()

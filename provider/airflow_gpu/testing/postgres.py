@@ -9,8 +9,13 @@ the end-to-end stack does too, so what it proves holds on the database users hav
 The server is Debian's ``postgresql`` package (``tools/system-packages.txt``), run from its
 version directory (``/usr/lib/postgresql/<N>/bin``, not on ``PATH``). PostgreSQL refuses to run as
 root: as root the data directory is given to the ``postgres`` system user the package creates and
-the server runs as that user (``runuser``, util-linux). Durability is off (``fsync``,
-``synchronous_commit``, ``full_page_writes``): the data lives for one test session.
+the server runs as that user (``runuser``, util-linux), from a directory of its own in the system's
+temporary directory, removed when the server stops (its log is copied into the folder given). Not
+inside the folder given: that user would need to traverse every directory above it, and pytest
+takes that away from its own (``/tmp/pytest-of-<user>`` goes back to mode 0700 whenever another pytest
+starts, as the CI how-to's test does beside the soak's slice): the server then found its data directory
+gone ("could not stat data directory: Permission denied") and shut down mid-run. Durability is off
+(``fsync``, ``synchronous_commit``, ``full_page_writes``): the data lives for one test session.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import os
 import pwd
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 #: Where Debian's ``postgresql`` package puts each major version's programs.
@@ -70,6 +76,7 @@ class PostgresServer:
             )
         self.bin_dir = bin_dir
         self._as: list[str] = []
+        self.home = self.folder  # where the server's data, socket and log live (its own directory as root)
 
     @property
     def url(self) -> str:
@@ -77,9 +84,9 @@ class PostgresServer:
 
     def _run(self, program: str, *args: str) -> None:
         command = [*self._as, str(self.bin_dir / program), *args]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=self.folder)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=self.home)
         if done.returncode != 0:
-            log = self.folder / "server.log"
+            log = self.home / "server.log"
             tail = log.read_text()[-2000:] if log.exists() else ""
             raise RuntimeError(f"{program} failed ({done.returncode}): {done.stderr.strip()[-2000:]}\n{tail}")
 
@@ -87,16 +94,14 @@ class PostgresServer:
         self.folder.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:  # "root" execution of the PostgreSQL server is not permitted
             owner = pwd.getpwnam(SERVER_USER)
-            for path in (self.folder, *self.folder.parents):
-                if path == Path(path.anchor):
-                    break
-                with contextlib.suppress(OSError):  # the server user must reach its folder
-                    path.chmod(path.stat().st_mode | 0o001)
-            os.chown(self.folder, owner.pw_uid, owner.pw_gid)
+            self.home = Path(tempfile.mkdtemp(prefix="airflow-gpu-postgres-"))  # the module's docstring says why
+            self.home.chmod(0o700)
+            os.chown(self.home, owner.pw_uid, owner.pw_gid)
+            self.data = self.home / "data"
             self._as = ["runuser", "-u", SERVER_USER, "--"]
         self._run("initdb", "-D", str(self.data), "-U", self.user, "--auth=trust", "-E", "UTF8", "--no-sync")
-        options = " ".join([f"-p {self.port}", f"-k {self.folder}", *(f"-c {k}={v}" for k, v in SETTINGS.items())])
-        self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.folder / "server.log"), "-w", "start")
+        options = " ".join([f"-p {self.port}", f"-k {self.home}", *(f"-c {k}={v}" for k, v in SETTINGS.items())])
+        self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.home / "server.log"), "-w", "start")
         return self
 
     def stop(self) -> None:
@@ -104,6 +109,10 @@ class PostgresServer:
         if (self.data / "postmaster.pid").exists():
             with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
                 self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+        if self.home != self.folder:
+            with contextlib.suppress(OSError):
+                shutil.copyfile(self.home / "server.log", self.folder / "server.log")
+            shutil.rmtree(self.home, ignore_errors=True)
 
     def __enter__(self) -> PostgresServer:
         return self.start()

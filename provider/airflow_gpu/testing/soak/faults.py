@@ -127,6 +127,7 @@ class Injector(threading.Thread):
         self.total, self.seconds = total, seconds
         self.faults: list[Fault] = []
         self.stop = threading.Event()
+        self.clock: Callable[[], float] = time.monotonic  # what the schedule's moments are read from
         self.workers: list[threading.Thread] = []
         self.lock = threading.Lock()
 
@@ -140,10 +141,13 @@ class Injector(threading.Thread):
 
     def run(self) -> None:
         # One interval before each fault and one left after the last: every fault falls inside the window (the
-        # slice lost its last one, due as the window closed, when the interval was seconds / total).
+        # slice lost its last one, due as the window closed, when the interval was seconds / total). Each is due
+        # at its own moment from the start, not an interval after the last one began: on a loaded machine the
+        # waits' lateness added up, and the slice run beside the suite lost its last fault again.
         interval = self.seconds / (self.total + 1)
+        start = self.clock()
         for number, kind, params in self.draws():
-            if self.stop.wait(interval):
+            if self.stop.wait(max(0.0, start + number * interval - self.clock())):
                 return
             fault = Fault(number, time.time(), kind)
             with self.lock:
