@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # fifth of the trigger tests' CPU. A CA file given explicitly is still loaded as before.
     os.environ["SSL_CERT_FILE"] = str(home / "no-certificates.pem")
     (home / "no-certificates.pem").touch()
+    config.add_cleanup(lambda: shutil.rmtree(home, ignore_errors=True))
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

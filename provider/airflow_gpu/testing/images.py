@@ -26,14 +26,17 @@ Every reference has a config there (an undeclared one, the plain one) except tho
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import posixpath
+import shutil
 import stat
 import tempfile
 import threading
 import urllib.parse
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,7 +124,7 @@ class ImageSet:
     ) -> None:
         self._images = {normalized(ref): image for ref, image in (images or {}).items()}
         self._missing = {normalized(ref) for ref in missing}
-        self._root = Path(root or tempfile.mkdtemp(prefix="emulated-images-"))
+        self._given_root = Path(root) if root else None
         self._lock = threading.Lock()
         self._paths: dict[str, str] = {}
 
@@ -162,6 +165,17 @@ class ImageSet:
         if not image.missing:
             return dict(env)
         return {**env, "PATH": self._path(reference, image, env.get("PATH", ""))}
+
+    @functools.cached_property
+    def _root(self) -> Path:
+        """Where the images' files and PATHs are made, when first needed: most sets never need one, and every
+        emulator has a set (the suite left some 30,000 empty directories in /tmp). One made here goes with
+        the set, or with the process at the latest; one given is the caller's."""
+        if self._given_root is not None:
+            return self._given_root
+        made = Path(tempfile.mkdtemp(prefix="emulated-images-"))
+        weakref.finalize(self, shutil.rmtree, made, True)
+        return made
 
     def _files(self, reference: str, image: Image) -> dict[str, str]:
         base = self._root / hashlib.sha256(normalized(reference).encode()).hexdigest()[:16] / "files"

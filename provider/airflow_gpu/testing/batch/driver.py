@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -120,6 +121,7 @@ class BatchDriver(threading.Thread):
                 self._signal(job, signal.SIGKILL)
                 job.process.wait(timeout=10)
         self.shipper.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
     def step(self, job: EmulatedJob) -> None:
         now = time.monotonic()
@@ -259,6 +261,10 @@ class BatchDriver(threading.Thread):
             **job.extra_environment(),
         }
         env = with_devices(env, self._gpus(job))
+        if "TMPDIR" not in env:  # a container's /tmp is its own: torchrun's log directories and the like
+            scratch = Path(self.workdir) / "tmp" / f"{job.job_id}-{len(job.attempts)}"
+            scratch.mkdir(parents=True, exist_ok=True)
+            env["TMPDIR"] = str(scratch)
         image = str((job.container_properties() or {}).get("image") or "")
         argv = self.images.argv(image, job.command())  # ENTRYPOINT + (command or Cmd), as Docker runs it
         if not self.images.exists(image):

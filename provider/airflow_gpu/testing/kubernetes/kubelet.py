@@ -401,6 +401,12 @@ class PodRun:
         )
         if started is not None and self.images is not None:  # the image's PATH: the host's, less what it lacks
             env = self.images.environment(str(container.get("image")), env)
+        if not any(item.get("name") == "TMPDIR" for item in container.get("env") or []):
+            # A container's /tmp is its own, gone with the pod: torchrun's log directories and the like go
+            # with the pod's work directory here, not into the host's /tmp (the suite left 2,000 there).
+            scratch = Path(self.workdir) / "tmp" / str(container.get("name"))  # each container's own, as its /tmp is
+            scratch.mkdir(parents=True, exist_ok=True)
+            env["TMPDIR"] = str(scratch)
         run.env = env
         if self.volumes is None:  # no mount namespaces on this machine: the host's file system
             cwd = workdir if workdir and Path(workdir).is_dir() else self.workdir
