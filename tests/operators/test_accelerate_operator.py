@@ -132,7 +132,7 @@ def test_a_templated_port_is_rendered_into_the_launch_and_checked_then() -> None
     with pytest.raises(AcceleratorSpecError, match="main_process_port") as caught:
         op.execute({})  # the launch is built from the rendered fields first
     assert caught.value.field == "main_process_port" and "1 to 65535" in str(caught.value)
-    for bad in (0, 70000, "29x", True):
+    for bad in (0, 70000, "29x", "2\u00b2", True):  # "2²" is a digit to str.isdigit, not to int()
         with pytest.raises(AcceleratorSpecError, match="not a TCP port"):
             train(target="kubernetes", accelerator="H100:8", num_machines=2, main_process_port=bad)
 

@@ -263,7 +263,7 @@ class AccelerateTrainOperator(BaseOperator):
 def _port(value: int | str) -> int:
     """The rendezvous port, rendered: a whole number from 1 to 65535 (a template renders to a string)."""
     text = str(value).strip()
-    if isinstance(value, bool) or not text.isdigit() or not 1 <= int(text) <= 65535:
+    if isinstance(value, bool) or not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 65535:
         raise AcceleratorSpecError("main_process_port", value, "not a TCP port", ["1 to 65535"])
     return int(text)
 
@@ -271,7 +271,7 @@ def _port(value: int | str) -> int:
 def _parse_time_port(value: int | str) -> int:
     """What the launch is checked with while the DAG is parsed: the port, or for a template (rendered
     only when the task runs) the default, so that the rest of the launch is still checked now."""
-    if isinstance(value, str) and "{{" in value:
+    if isinstance(value, str) and ("{{" in value or "{%" in value):
         return 29500
     return _port(value)
 

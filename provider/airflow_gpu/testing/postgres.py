@@ -54,6 +54,15 @@ def server_bin_dir() -> Path | None:
     return found[-1] if found else None
 
 
+def _reachable_temp() -> str:
+    """The system's temporary directory if every directory down to it lets others through (the server's user
+    must reach its own directory), else ``/tmp``: a root whose ``TMPDIR`` is under ``/root`` would hide it."""
+    base = Path(tempfile.gettempdir()).resolve()
+    if all(path.stat().st_mode & 0o001 for path in (base, *base.parents)):
+        return str(base)
+    return "/tmp"
+
+
 class PostgresServer:
     """``with PostgresServer(folder) as server: server.url``: the cluster's ``postgres`` database, owned
     by the superuser ``airflow`` and trusted over 127.0.0.1, for SQLAlchemy's psycopg2 driver (Airflow
@@ -94,14 +103,19 @@ class PostgresServer:
         self.folder.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:  # "root" execution of the PostgreSQL server is not permitted
             owner = pwd.getpwnam(SERVER_USER)
-            self.home = Path(tempfile.mkdtemp(prefix="airflow-gpu-postgres-"))  # the module's docstring says why
+            # its own directory, out of pytest's (the module's docstring says why)
+            self.home = Path(tempfile.mkdtemp(prefix="airflow-gpu-postgres-", dir=_reachable_temp()))
             self.home.chmod(0o700)
             os.chown(self.home, owner.pw_uid, owner.pw_gid)
             self.data = self.home / "data"
             self._as = ["runuser", "-u", SERVER_USER, "--"]
-        self._run("initdb", "-D", str(self.data), "-U", self.user, "--auth=trust", "-E", "UTF8", "--no-sync")
-        options = " ".join([f"-p {self.port}", f"-k {self.home}", *(f"-c {k}={v}" for k, v in SETTINGS.items())])
-        self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.home / "server.log"), "-w", "start")
+        try:
+            self._run("initdb", "-D", str(self.data), "-U", self.user, "--auth=trust", "-E", "UTF8", "--no-sync")
+            options = " ".join([f"-p {self.port}", f"-k {self.home}", *(f"-c {k}={v}" for k, v in SETTINGS.items())])
+            self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.home / "server.log"), "-w", "start")
+        except BaseException:
+            self.stop()  # ``with`` calls no __exit__ for a failed __enter__: nothing is left behind
+            raise
         return self
 
     def stop(self) -> None:

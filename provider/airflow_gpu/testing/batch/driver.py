@@ -116,12 +116,14 @@ class BatchDriver(threading.Thread):
     def stop(self) -> None:
         self._stopping.set()
         self.join(timeout=10)
-        for job in list(self.backend._jobs.values()):
-            if isinstance(job, EmulatedJob) and job.process is not None and job.process.poll() is None:
-                self._signal(job, signal.SIGKILL)
-                job.process.wait(timeout=10)
-        self.shipper.stop()
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        try:
+            for job in list(self.backend._jobs.values()):
+                if isinstance(job, EmulatedJob) and job.process is not None and job.process.poll() is None:
+                    self._signal(job, signal.SIGKILL)
+                    job.process.wait(timeout=10)
+            self.shipper.stop()
+        finally:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
     def step(self, job: EmulatedJob) -> None:
         now = time.monotonic()

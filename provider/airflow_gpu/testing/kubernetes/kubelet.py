@@ -401,10 +401,12 @@ class PodRun:
         )
         if started is not None and self.images is not None:  # the image's PATH: the host's, less what it lacks
             env = self.images.environment(str(container.get("image")), env)
-        if not any(item.get("name") == "TMPDIR" for item in container.get("env") or []):
+        scratch = Path(self.workdir) / "tmp" / str(container.get("name"))  # each container's own, as its /tmp is
+        hidden = any(scratch.is_relative_to(str(m.get("mountPath"))) for m in container.get("volumeMounts") or [])
+        if not hidden and not any(item.get("name") == "TMPDIR" for item in container.get("env") or []):
             # A container's /tmp is its own, gone with the pod: torchrun's log directories and the like go
-            # with the pod's work directory here, not into the host's /tmp (the suite left 2,000 there).
-            scratch = Path(self.workdir) / "tmp" / str(container.get("name"))  # each container's own, as its /tmp is
+            # with the pod's work directory here, not into the host's /tmp (the suite left 2,000 there). Not
+            # where a volume the container mounts (at /tmp, say) would hide it: that volume is its /tmp then.
             scratch.mkdir(parents=True, exist_ok=True)
             env["TMPDIR"] = str(scratch)
         run.env = env

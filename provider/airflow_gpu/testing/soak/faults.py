@@ -128,6 +128,7 @@ class Injector(threading.Thread):
         self.faults: list[Fault] = []
         self.stop = threading.Event()
         self.clock: Callable[[], float] = time.monotonic  # what the schedule's moments are read from
+        self.window_start: float | None = None  # the window's start on that clock (the runner's), else the run's
         self.workers: list[threading.Thread] = []
         self.lock = threading.Lock()
 
@@ -145,7 +146,7 @@ class Injector(threading.Thread):
         # at its own moment from the start, not an interval after the last one began: on a loaded machine the
         # waits' lateness added up, and the slice run beside the suite lost its last fault again.
         interval = self.seconds / (self.total + 1)
-        start = self.clock()
+        start = self.window_start if self.window_start is not None else self.clock()
         for number, kind, params in self.draws():
             if self.stop.wait(max(0.0, start + number * interval - self.clock())):
                 return

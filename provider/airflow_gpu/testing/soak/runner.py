@@ -237,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = Runs(soak, args.shards, args.rows, args.epoch_seconds)
         injector = Injector(seed, args.faults, minutes * 60, context, log, each=args.each)
         window_start = time.time()
+        injector.window_start = time.monotonic()  # the first runs' triggers take a while on a loaded machine
         runs.tick(open_window=True)
         injector.start()
         while time.time() - window_start < minutes * 60:
