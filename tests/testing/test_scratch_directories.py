@@ -65,3 +65,32 @@ def test_a_batch_job_gets_a_tmpdir_of_its_own_and_the_emulator_leaves_nothing(tm
         scratch = Path(out.read_text())
         assert scratch.is_dir() and scratch.name == f"{job_id}-1" and scratch.is_relative_to(workdir)
     assert not workdir.exists()
+
+
+def test_a_container_that_mounts_a_volume_at_tmp_runs_with_it_as_its_tmp(
+    kubernetes_emulator: KubernetesEmulator,
+) -> None:
+    """A volume at ``/tmp`` (usual with a read-only root file system, and the restricted profile's advice) hid
+    the pod's own directory under the host's ``/tmp`` in the container's mount namespace: its termination
+    message file could not be mounted after it, and the container never ran ("ContainerCannotRun"). The
+    sources are held open before the first mount now, as runc does; and no ``TMPDIR`` points under it."""
+    from airflow_gpu.testing.kubernetes import volumes
+
+    if not volumes.namespaces_available():
+        pytest.skip("needs mount namespaces (root)")
+    core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubernetes_emulator.kubeconfig_path)))
+    mounted = {
+        "volumeMounts": [{"name": "scratch", "mountPath": "/tmp"}],
+        "terminationMessagePath": "/dev/termination-log",
+    }
+    script = 'made=$(mktemp -d) && touch "$made/x" && echo "${TMPDIR:-unset} $made" && echo done > /dev/termination-log'
+    core.create_namespaced_pod("default", pod_manifest(
+        "tmp-volume", ["sh", "-c", script], container=mounted, volumes=[{"name": "scratch", "emptyDir": {}}],
+    ))  # fmt: skip
+    ended = ("Succeeded", "Failed")
+    wait_for(lambda: core.read_namespaced_pod("tmp-volume", "default").status.phase in ended, 30, "the pod")
+    pod = core.read_namespaced_pod("tmp-volume", "default")
+    assert pod.status.phase == "Succeeded", pod.status.container_statuses[0].state
+    assert pod.status.container_statuses[0].state.terminated.message.strip() == "done"
+    tmpdir, made = core.read_namespaced_pod_log("tmp-volume", "default", _preload_content=False).data.decode().split()
+    assert "kubelet-" not in tmpdir and "kubelet-" not in made  # the host's TMPDIR if any, else the volume at /tmp

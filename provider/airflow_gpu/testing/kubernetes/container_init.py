@@ -54,10 +54,26 @@ def _bind_mounts(mounts: list[tuple[str, str, bool]]) -> None:
             error = ctypes.get_errno()
             raise OSError(error, f"mount {source} on {target}: {os.strerror(error)}")
 
-    for source, target, read_only in mounts:
-        mount(source, target, MS_BIND | MS_REC)
-        if read_only:
-            mount(None, target, MS_BIND | MS_REMOUNT | MS_RDONLY)
+    # Every source is opened before the first mount and mounted through its descriptor, as runc does: a
+    # volume mounted at /tmp would otherwise hide the sources that live under the host's /tmp (the pod's
+    # own directory, its termination-message file), and the next mount would find nothing there.
+    held: list[tuple[int, str, str, bool]] = []
+    try:
+        for source, target, read_only in mounts:
+            try:
+                held.append((os.open(source, os.O_PATH | os.O_CLOEXEC), source, target, read_only))
+            except OSError as error:
+                raise OSError(error.errno, f"mount {source} on {target}: {os.strerror(error.errno or 0)}") from None
+        for fd, source, target, read_only in held:
+            try:
+                mount(f"/proc/self/fd/{fd}", target, MS_BIND | MS_REC)
+            except OSError as error:
+                raise OSError(error.errno, f"mount {source} on {target}: {os.strerror(error.errno or 0)}") from None
+            if read_only:
+                mount(None, target, MS_BIND | MS_REMOUNT | MS_RDONLY)
+    finally:
+        for fd, *_ in held:
+            os.close(fd)
 
 
 def _fail(status_fd: int, message: str) -> None:
@@ -74,6 +90,7 @@ def main(argv: list[str]) -> None:
     if not keep_lc_ctype:  # Python's own C-locale coercion (PEP 538) set it: not the container's
         env.pop("LC_CTYPE", None)
     os.set_inheritable(status_fd, False)
+    scratch = os.open(fallback, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)  # before a mount can hide it
     try:
         if mounts:
             _bind_mounts(mounts)
@@ -81,9 +98,10 @@ def main(argv: list[str]) -> None:
         _fail(status_fd, f"failed to set up the container's mounts: {error.strerror or error}")
     try:
         try:
-            os.chdir(cwd)
-        except OSError:  # no such working directory: the pod's scratch directory, as before
-            os.chdir(fallback)
+            os.chdir(cwd)  # after the mounts: a working directory in a volume is the volume's
+        except OSError:  # no such working directory (or one a mount hid): the pod's scratch directory, as before
+            os.fchdir(scratch)
+        os.close(scratch)
         # The signals to pass on wait, blocked, until their handlers are in place (as tini does): a
         # SIGTERM that came between the command's start and the handlers would otherwise end this
         # process with the default action and leave the command running, orphaned.
