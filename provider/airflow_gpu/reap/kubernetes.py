@@ -147,9 +147,7 @@ class KubernetesResources:
                 return
 
     def _unreachable(self, what: str, error: BaseException) -> KubernetesUnreachable:
-        status = api_retry.status_of(error)
-        why = f"HTTP {status}: {getattr(error, 'reason', '')}" if status else f"{type(error).__name__}: {error}"
-        return KubernetesUnreachable(f"Kubernetes API at {self.where}: {what} failed ({why})")
+        return KubernetesUnreachable(f"Kubernetes API at {self.where}: {what} failed ({_why(error)})")
 
     # --- deleting ---------------------------------------------------------------------------
 
