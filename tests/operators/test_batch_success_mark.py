@@ -126,7 +126,7 @@ def test_a_job_batch_no_longer_describes_still_hands_over_its_result(
 @pytest.mark.parametrize(
     "clearing",
     [
-        {"clear_number": 1},  # a Clear of the run (the default: reset_dag_runs)
+        {"max_tries": 3, "clear_number": 1},  # a Clear: max_tries = try + retries, and the run's count
         {"max_tries": 3},  # a Clear that leaves the run (REST reset_dag_runs=False): max_tries = try + retries
         {"retries": 1},  # a Clear after the retries were lowered
     ],
@@ -139,6 +139,17 @@ def test_a_clear_after_the_success_runs_the_workload_again(
     died_after_reading(monkeypatch, store, operator(gpu_profile=False))
     assert operator(gpu_profile=False).execute(context(store, 2, **clearing)) == {"loss": 0.25}
     assert len(described(emulator)) == 2
+
+
+def test_a_clear_of_another_task_of_the_run_leaves_the_success_to_the_retry(
+    aws_default_connection: BatchEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run's ``clear_number`` rises for a Clear of any of its tasks (the twelfth soak: a cleared shard made
+    others run again): a retry still takes this task's recorded success over, and submits nothing."""
+    emulator, store = aws_default_connection, Store()
+    died_after_reading(monkeypatch, store, operator(gpu_profile=False))
+    assert operator(gpu_profile=False).execute(context(store, 2, clear_number=1)) == {"loss": 0.25}
+    assert len(described(emulator)) == 1
 
 
 def test_a_result_that_is_not_json_is_not_recorded(

@@ -11,13 +11,20 @@ So the try records ``{try_number, max_tries, workload, result, run}`` under ``SU
 the result already read from the log and the spot run's state (its interruptions).
 
 A later try takes the record over only when it is a retry of the same clearing: the task instance's
-``max_tries``, the task's ``retries`` and the DAG run's ``clear_number`` are all as the record has
-them. A Clear sets ``max_tries`` to ``try_number + retries`` (``clear_task_instances``), which can
-come out equal after the retries were lowered, or leaves it (a running task, a task gone from the
-DAG); it raises the run's ``clear_number`` (``reset_dag_runs``, the default). A retry changes
-none of them. A user who clears a task whose try succeeded asks for a new run, and gets one, as
-``kubernetes_takeover`` leaves a read pod alone; a record that does not match only means the
-workload runs again, as it did before. A try that read a result line that is not
+``max_tries`` and the task's ``retries`` are as the record has them. A Clear of a task that is not
+running sets ``max_tries`` to ``try_number + retries`` (``clear_task_instances``), which always differs
+from the recorded one unless the retries were changed too; a retry changes neither. A user who clears a
+task whose try succeeded asks for a new run, and gets one, as ``kubernetes_takeover`` leaves a read pod
+alone; a record that does not match only means the workload runs again, as it did before.
+
+The DAG run's ``clear_number`` is not compared (it was until the twelfth soak, seed 831782228): it rises
+when any task of the run is cleared, so clearing one shard of a fan-out made two other shards, whose
+workers had died after reading their success, run their workloads again. What that leaves: a Clear of
+this task while Airflow still has its try as running (its worker dead, not yet noticed; or alive, past
+the read, about to end) changes nothing of this task instance that a retry does not (the task goes to
+``restarting``, then is retried as after a failure), and the retry takes the success that try read over,
+saying so in its log. Clearing it again, once it succeeded, runs the workload again.
+A try that read a result line that is not
 JSON records nothing: it fails, and its retry runs the workload again as before. Without a store
 (Airflow 3.2) nothing is recorded, and the window stays.
 """
@@ -37,13 +44,9 @@ SUCCESS_KEY = "airflow_gpu_pod_succeeded"
 
 
 def _clearing(context: Context) -> dict[str, Any]:
-    """What a Clear changes and a retry does not (see the module's docstring)."""
+    """What a Clear of this task changes and a retry does not (see the module's docstring)."""
     ti = context["ti"]
-    return {
-        "max_tries": int(ti.max_tries),
-        "retries": getattr(getattr(ti, "task", None), "retries", None),
-        "clear_number": getattr(context.get("dag_run"), "clear_number", None),
-    }
+    return {"max_tries": int(ti.max_tries), "retries": getattr(getattr(ti, "task", None), "retries", None)}
 
 
 def record(
