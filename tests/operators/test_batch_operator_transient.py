@@ -23,6 +23,7 @@ import pytest
 from airflow_gpu.spot.batch import KILLED, ORPHAN_CANCEL_PREFIX, classify_job
 from airflow_gpu.testing.batch.emulator import BatchEmulator
 from airflow_gpu.testing.polling import wait_for
+from airflow_gpu.utils import batch_retries
 from tests.operators import test_batch_operator_deferred as deferred_tests
 from tests.operators.task_context import Store, Ti
 from tests.operators.test_batch_operator_runs import RESULT, described, operator
@@ -335,3 +336,29 @@ def test_an_orphan_leaves_its_job_to_the_retry_that_tags_it_taken_over(
     hold.touch()
     taking.join(120)
     assert result == [{"loss": 0.25}] and len(described(emulator)) == 1
+
+
+def test_a_try_whose_supervisor_died_during_a_throttle_pause_submits_nothing(
+    aws_default_connection: BatchEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The twelfth soak (seed 831782228): SubmitJob was throttled, and the Celery worker was SIGKILLed during the
+    pause before the next send; the task process lived on and sent it. Its job ran and succeeded, but a try
+    without its supervisor saves nothing: the retry knew no job and submitted another, a start after a
+    success. A try whose supervisor is gone now sends nothing more, and ends (``OrphanedTry``)."""
+    from airflow_gpu.operators.orphaned_try import OrphanedTry
+
+    emulator, store = aws_default_connection, Store()
+    emulator.fail("SubmitJob", "throttle", times=1)
+    op: Any = operator()
+    paused = threading.Event()
+    real_sleep = batch_retries.sleep
+
+    def supervisor_dies_in_the_pause(seconds: float) -> None:
+        op._supervisor = -1  # another parent now: the worker was SIGKILLed, this process lives on
+        paused.set()
+        real_sleep(min(seconds, 0.1))
+
+    monkeypatch.setattr(batch_retries, "sleep", supervisor_dies_in_the_pause)
+    with pytest.raises(OrphanedTry):
+        op.execute({"ti": Ti(max_tries=1), "task_state_store": store})
+    assert paused.is_set() and described(emulator) == []  # nothing sent after the pause

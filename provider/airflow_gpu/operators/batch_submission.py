@@ -27,6 +27,7 @@ from airflow_gpu.accelerators.batch_queues import check_offers, offered_placemen
 from airflow_gpu.hooks import batch_submit
 from airflow_gpu.hooks.registry import read_entrypoint
 from airflow_gpu.images.entrypoint import EXECS_ARGUMENTS, WrapDecision, decide
+from airflow_gpu.operators import orphaned_try
 from airflow_gpu.operators.batch_deferral import JOB_ID_XCOM_KEY, STATE_KEY, first_job_name
 from airflow_gpu.operators.gpu_profile import ENV_SPOT_NOTICE, profiler_environment
 from airflow_gpu.operators.profiler_forms import recall, remember
@@ -96,14 +97,21 @@ class BatchSubmission:
         else:
             op.log.info("Submitting %s on %s to queue %s", args["jobName"], op.accelerator, args["jobQueue"])
             identity = _identity(args)
+
             # A lost answer is looked up by name and tags before the job is sent again. on_kill meanwhile (the
             # task runner's SIGTERM handler, run in this thread) had no id to terminate: nothing more is sent,
             # and a job created is terminated (batch_submit.Withdrawn).
+            # A try whose supervisor died between two sends (a throttle's pause) sends nothing more either: it can
+            # save nothing for its retry, which would not know the job and submit another (the twelfth soak).
+            def stop() -> bool:
+                return bool(op._killing) or orphaned_try.orphaned(op)
+
             try:
                 submitted = op.gpu_hook.submit_job_once(
-                    args, lambda jobs: oldest_of_try(jobs, identity), stop=lambda: op._killing, log=op.log
+                    args, lambda jobs: oldest_of_try(jobs, identity), stop=stop, log=op.log
                 )
             except batch_submit.Withdrawn as withdrawn:
+                orphaned_try.stop_if_orphaned(op)
                 raise AirflowException(str(withdrawn)) from withdrawn
             except Exception as error:
                 raise AirflowException(f"AWS Batch refused the job: {error}") from error
