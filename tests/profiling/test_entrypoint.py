@@ -673,12 +673,16 @@ def test_a_signal_that_comes_after_the_workload_exited_is_not_the_workload_s(
     end_file = tmp_path / "termination-log"
     end_file.write_text("")
     env = {**machine, "AIRFLOW_GPU_TERMINATION_LOG": str(end_file)}
-    shell = tmp_path / "shell"
-    script = f"echo '::airflow-gpu-result::{{\"loss\": 1}}'; echo $$ > {shell}; echo ready; setsid sleep 3 &"
+    shell, away = tmp_path / "shell", tmp_path / "away"
+    # The lingering process says it left only once it has (setsid ran): a SIGTERM sent while it was still in the
+    # command's group reached it, rightly counted, and failed the test on a loaded machine.
+    linger = f"setsid sh -c 'echo $$ > {away}; exec sleep 3' &"
+    script = f"echo '::airflow-gpu-result::{{\"loss\": 1}}'; echo $$ > {shell}; echo ready; {linger}"
     process = subprocess.Popen(wrap(["sh", "-c", script]), env=env, stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None and process.stdout.readline().startswith("::airflow-gpu-result::")
         assert process.stdout.readline() == "ready\n"
+        wait_until(lambda: away.exists() and away.read_text().strip(), "the lingering process in its own session")
         wait_until(lambda: not Path(f"/proc/{shell.read_text().strip()}").exists(), "the shell reaped")
         process.terminate()
         out, _ = process.communicate(timeout=30)
