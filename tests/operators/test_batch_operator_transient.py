@@ -362,3 +362,29 @@ def test_a_try_whose_supervisor_died_during_a_throttle_pause_submits_nothing(
     with pytest.raises(OrphanedTry):
         op.execute({"ti": Ti(max_tries=1), "task_state_store": store})
     assert paused.is_set() and described(emulator) == []  # nothing sent after the pause
+
+
+def test_a_job_an_orphaned_submission_found_is_left_to_the_retry_not_terminated(
+    aws_default_connection: BatchEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SubmitJob's answer was lost and the worker died during the pause before the look-up: the look-up finds the
+    job, which a retry may take over (by its name and try tags), so the orphan leaves it as it leaves any work
+    (``orphaned_try``) instead of terminating it as killed; its log lines, which would fail, are dropped."""
+    from airflow_gpu.operators.orphaned_try import OrphanedTry
+
+    monkeypatch.setenv("AIRFLOW__GPU__ORPHANED_TRY_PATIENCE_SECONDS", "1")
+    emulator, store = aws_default_connection, Store()
+    emulator.fail("SubmitJob", "lost", times=1)
+    op: Any = operator()
+    real_sleep = batch_retries.sleep
+
+    def supervisor_dies_in_the_pause(seconds: float) -> None:
+        op._supervisor = -1  # another parent now: the worker was SIGKILLed, this process lives on
+        real_sleep(min(seconds, 0.1))
+
+    monkeypatch.setattr(batch_retries, "sleep", supervisor_dies_in_the_pause)
+    with pytest.raises(OrphanedTry):
+        op.execute({"ti": Ti(max_tries=1), "task_state_store": store})
+    (job,) = described(emulator)
+    assert op.job_id == job["jobId"]  # found, and handed to the orphan's own handling of it
+    assert not str(job.get("statusReason") or "").startswith(KILLED[0])  # not terminated as a killed task's

@@ -142,12 +142,18 @@ class GPUBatchHook(BatchClientHook):
         return self.get_client_type(config=batch_retries.without_retries(super().config))
 
     def submit_job_once(
-        self, args: Mapping[str, Any], keep: Keep, stop: Stop | None = None, log: Any = None
+        self,
+        args: Mapping[str, Any],
+        keep: Keep,
+        stop: Stop | None = None,
+        log: Any = None,
+        leave: Stop | None = None,
     ) -> Submitted:
         """SubmitJob, never twice for one job of this task try (``batch_submit``: a lost answer is looked
         up by name and task-try tags over a minute of ListJobs reads before the job is sent again), and
-        nothing sent, a job created terminated, once ``stop()`` says the task was killed (``Withdrawn``)."""
-        return batch_submit.submit_job_once(self, args, keep, stop, log)
+        nothing sent, a job created terminated, once ``stop()`` says the task was killed (``Withdrawn``);
+        nothing sent, a job created left as it is, once ``leave()`` says the try can no longer act (``Left``)."""
+        return batch_submit.submit_job_once(self, args, keep, stop, log, leave)
 
     def terminate(self, job_id: str, reason: str) -> None:
         """TerminateJob, through transient errors: a job left running is billed. Inside a trigger's kill

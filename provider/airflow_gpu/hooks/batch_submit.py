@@ -64,6 +64,16 @@ Keep = Callable[[Jobs], Mapping[str, Any] | None]
 Stop = Callable[[], bool]
 
 
+class Left(Exception):
+    """The submitting try can no longer act for its task (its supervisor died: ``leave()``): nothing more is
+    sent, and ``job_id``, the job the submission created or found meanwhile (None: none), is left as it is,
+    to the try's own handling of work it leaves (the retry may take it over), not terminated."""
+
+    def __init__(self, job_id: str | None) -> None:
+        self.job_id = job_id
+        super().__init__(f"the submitting try can no longer act; job {job_id or '(none)'} is left as it is")
+
+
 class Withdrawn(Exception):
     """The task was killed while its job was being submitted: nothing more was sent. ``job_id``: the job
     the submission created or found meanwhile, if any; ``terminated`` when its TerminateJob went through."""
@@ -106,25 +116,39 @@ def lookup_waits(window: float | None = None) -> list[float]:
 
 
 def submit_job_once(
-    hook: Any, args: Mapping[str, Any], keep: Keep, stop: Stop | None = None, log: Any = None
+    hook: Any,
+    args: Mapping[str, Any],
+    keep: Keep,
+    stop: Stop | None = None,
+    log: Any = None,
+    leave: Stop | None = None,
 ) -> Submitted:
     """SubmitJob through ``hook`` (a ``GPUBatchHook``), never twice for one job of this task try, and never
-    once ``stop()`` says the task was killed (``Withdrawn``; see the module's docstring). ``log``: where
-    the submission is told (the hook's by default; a trigger's goes to the task's log)."""
+    once ``stop()`` says the task was killed (``Withdrawn``; see the module's docstring), nor once ``leave()``
+    says the try can no longer act (``Left``: a job found or created is left as it is, not terminated).
+    ``log``: where the submission is told (the hook's by default; a trigger's goes to the task's log)."""
     log = hook.log if log is None else log
     killed: Stop = stop if stop is not None else _never
-    pause: Callable[[float], None] = batch_retries.sleep if stop is None else (lambda seconds: _pause(seconds, killed))
+    gone: Stop = leave if leave is not None else _never
+    waits = stop is not None or leave is not None
+    pause: Callable[[float], None] = (
+        (lambda seconds: _pause(seconds, lambda: killed() or gone())) if waits else batch_retries.sleep
+    )
     maybe_submitted = False  # the last send may have created the job: look for it before the next
     resent = False  # an earlier send may have created a job that its look-up did not find (listed late)
     for attempt in range(1, SUBMIT_ATTEMPTS + 1):
         if maybe_submitted:
             found = find_submitted(hook, args, keep, killed, log)
             if found is not None:
+                if gone():
+                    raise Left(found)
                 if killed():
                     withdraw(hook, args, found, log)
                 log.info("Job %s (%s) was submitted before its answer was lost", found, args["jobName"])
                 return Submitted(found, adopted=True)
             maybe_submitted, resent = False, True
+        if gone():
+            raise Left(None)
         if killed():
             log.warning(
                 "The task was killed before job %s was %ssubmitted to queue %s: it is not sent",
@@ -144,6 +168,8 @@ def submit_job_once(
             )  # fmt: skip
             pause(wait)
             continue
+        if gone():  # its supervisor died while SubmitJob was in flight: the job is left as the try leaves work
+            raise Left(job_id)
         if killed():  # it answered after the kill, whose TerminateJobs did not know this job
             withdraw(hook, args, job_id, log)
         return Submitted(job_id, resent=resent)

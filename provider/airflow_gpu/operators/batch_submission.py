@@ -102,16 +102,18 @@ class BatchSubmission:
             # task runner's SIGTERM handler, run in this thread) had no id to terminate: nothing more is sent,
             # and a job created is terminated (batch_submit.Withdrawn).
             # A try whose supervisor died between two sends (a throttle's pause) sends nothing more either: it can
-            # save nothing for its retry, which would not know the job and submit another (the twelfth soak).
-            def stop() -> bool:
-                return bool(op._killing) or orphaned_try.orphaned(op)
-
+            # save nothing for its retry, which would not know the job and submit another (the twelfth soak). A
+            # job its submission created or found meanwhile is left as the orphan leaves any (``orphaned_try``:
+            # a retry may take it over), not terminated; and its log lines, which would fail, are dropped.
             try:
                 submitted = op.gpu_hook.submit_job_once(
-                    args, lambda jobs: oldest_of_try(jobs, identity), stop=stop, log=op.log
-                )
+                    args, lambda jobs: oldest_of_try(jobs, identity), stop=lambda: op._killing,
+                    log=_QuietOnceOrphaned(op), leave=lambda: orphaned_try.orphaned(op),
+                )  # fmt: skip
+            except batch_submit.Left as left:
+                op.job_id = left.job_id
+                raise orphaned_try.OrphanedTry() from left
             except batch_submit.Withdrawn as withdrawn:
-                orphaned_try.stop_if_orphaned(op)
                 raise AirflowException(str(withdrawn)) from withdrawn
             except Exception as error:
                 raise AirflowException(f"AWS Batch refused the job: {error}") from error
@@ -302,6 +304,17 @@ class BatchSubmission:
             op.log.warning(warning)
         if refusal:
             raise AirflowFailException(refusal)
+
+
+class _QuietOnceOrphaned:
+    """The operator's log while its try has a supervisor; ``orphaned_try.SILENT`` after (a line would fail on
+    the dead supervisor's pipe, and the error would escape as the submission's own)."""
+
+    def __init__(self, op: Any) -> None:
+        self._op = op
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(orphaned_try.SILENT if orphaned_try.orphaned(self._op) else self._op.log, name)
 
 
 def _identity(args: Mapping[str, Any]) -> dict[str, str]:

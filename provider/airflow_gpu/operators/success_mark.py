@@ -20,10 +20,11 @@ alone; a record that does not match only means the workload runs again, as it di
 The DAG run's ``clear_number`` is not compared (it was until the twelfth soak, seed 831782228): it rises
 when any task of the run is cleared, so clearing one shard of a fan-out made two other shards, whose
 workers had died after reading their success, run their workloads again. What that leaves: a Clear of
-this task while Airflow still has its try as running (its worker dead, not yet noticed; or alive, past
-the read, about to end) changes nothing of this task instance that a retry does not (the task goes to
-``restarting``, then is retried as after a failure), and the retry takes the success that try read over,
-saying so in its log. Clearing it again, once it succeeded, runs the workload again.
+this task while Airflow still has its try as running though its worker is dead (not noticed yet) changes
+nothing of this task instance that a retry does not (``restarting``, then, at the heartbeat timeout,
+``handle_failure``'s retry with ``max_tries`` as it was), and the retry takes the success that try read
+over, saying so in its log; clearing it again, once it succeeded, runs the workload again. A Clear while
+the worker lives is told: the scheduler sets ``max_tries`` to ``try_number + retries`` when that try ends.
 A try that read a result line that is not
 JSON records nothing: it fails, and its retry runs the workload again as before. Without a store
 (Airflow 3.2) nothing is recorded, and the window stays.
