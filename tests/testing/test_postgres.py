@@ -46,6 +46,7 @@ def test_a_missing_server_names_the_package(tmp_path: Path, monkeypatch: pytest.
         PostgresServer(tmp_path)
 
 
+@pytest.mark.slow  # a second server start: make test-quick keeps the one above
 @pytest.mark.skipif(os.geteuid() != 0, reason="the server runs as its own user only when started by root")
 def test_the_server_user_keeps_its_data_when_a_folder_above_it_closes(tmp_path: Path) -> None:
     """Another pytest starting (the CI how-to's test does, beside the soak's slice) sets ``/tmp/pytest-of-root``
