@@ -54,12 +54,12 @@ with open(sys.argv[2], "w") as out:
 
 #: The stand-in supervisor: the task in a session of its own, its output read through a pipe, its pid told.
 SUPERVISOR = """
-import subprocess, sys, time
+import signal, subprocess, sys
 task = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
 print(task.pid, flush=True)
 for line in task.stdout:  # read as the supervisor reads the task's logs, until it is killed
     pass
-time.sleep(3600)  # lives on as a supervisor does, until the test SIGKILLs it: no wait of the test's
+signal.pause()  # lives on as a supervisor does, until the test SIGKILLs it
 """
 
 
