@@ -4,6 +4,8 @@ its replacement, a clear followed by a new pod, Batch's half-second reading)."""
 
 from __future__ import annotations
 
+import time
+
 from airflow_gpu.testing.soak import invariants
 from airflow_gpu.testing.soak.faults import Fault
 from airflow_gpu.testing.soak.observer import Workload
@@ -64,6 +66,44 @@ def test_final_states_allow_failed_only_when_marked_or_out_of_retries_to_kills()
     kill = Fault(2, 1.0, "kill_worker")
     assert not invariants.final_states([ti], [kill], retries=4)[0].ok  # retries left: it must have succeeded
     assert invariants.final_states([{**ti, "try_number": 5}], [kill], retries=4)[0].ok
+
+
+def test_a_task_airflow_failed_stuck_in_queued_is_allowed_only_when_the_broker_was_disturbed_in_each_period() -> None:
+    """The thirteenth soak's deferrable Batch training, as Airflow's event log told it (times from
+    its first requeue): queued 73 s before it, 5 s after a Redis restart (a worker received it and
+    never ran it); requeued at 0 and 75 s, each time lost to a Redis restart 2 s later; failed at
+    151 s with its retries unused (apache/airflow#43520). The same events with no broker fault, or
+    with one period left unexplained, are a violation: that task waited for a busy worker."""
+    ti = {"dag_id": "soak_train_batch_deferrable", "task_id": "train", "dag_run_id": "manual__1", "map_index": -1,
+          "state": "failed", "try_number": 1}  # fmt: skip
+    instance = ("soak_train_batch_deferrable", "train", "manual__1", -1)
+    base = 1_000_000.0
+    events = [(base, invariants.STUCK_REQUEUED), (base + 75, invariants.STUCK_REQUEUED),
+              (base + 151, invariants.STUCK_FAILED)]  # fmt: skip
+    restarts = [Fault(n, base + at, "redis_restart") for n, at in ((1, -78), (2, 5), (3, 77))]
+    verdict, tally = invariants.final_states([ti], restarts, 4, {instance: events}, queued_timeout=60)
+    assert verdict.ok and tally == {"failed: stuck in queued": 1}
+
+    verdict, _ = invariants.final_states([ti], [], 4, {instance: events}, queued_timeout=60)
+    assert len(verdict.violations) == 1 and "stuck in queued" in verdict.violations[0]
+    # the first period reaches back only to the latest it can have been queued, less a reconnect's aftermath
+    too_early = [Fault(1, base - 121, "redis_restart"), *restarts[1:]]
+    assert not invariants.final_states([ti], too_early, 4, {instance: events}, queued_timeout=60)[0].ok
+    one_missing = [restarts[0], restarts[2]]  # nothing between the first requeue and the second
+    verdict, _ = invariants.final_states([ti], one_missing, 4, {instance: events}, queued_timeout=60)
+    assert not verdict.ok and time.strftime("%H:%M:%S", time.localtime(base + 75)) in verdict.violations[0]
+    worker_kills = [Fault(n, f.at, "kill_worker") for n, f in enumerate(restarts)]  # a kill holds messages too
+    assert invariants.final_states([ti], worker_kills, 4, {instance: events}, queued_timeout=60)[0].ok
+    skipped = [Fault(f.number, f.at, f.kind, outcome="skipped") for f in restarts]
+    assert not invariants.final_states([ti], skipped, 4, {instance: events}, queued_timeout=60)[0].ok
+    # requeued but not failed by Airflow: a failure of its own, judged as before (retries left, no mark)
+    requeued_only = {instance: events[:2]}
+    assert not invariants.final_states([ti], restarts, 4, requeued_only, queued_timeout=60)[0].ok
+    # a task besides the GPU ones (the reduce step) is judged the same way
+    reduce = {**ti, "task_id": "summarize"}
+    reduce_instance = (*instance[:1], "summarize", *instance[2:])
+    assert invariants.final_states([reduce], restarts, 4, {reduce_instance: events}, queued_timeout=60)[0].ok
+    assert not invariants.final_states([reduce], [], 4, {reduce_instance: events}, queued_timeout=60)[0].ok
 
 
 def test_interruptions_must_match_the_reclaims_on_that_try() -> None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,17 @@ RECLAIMS = (
 #: Reclaims judged by ``reclaims_by_phase``, each by what it allows.
 PHASE_RECLAIMS = ("k8s_reclaim_pulling", "k8s_reclaim_after_result", "k8s_reclaim_after_success")
 KILLS = ("kill_worker", "kill_scheduler", "kill_triggerer", "pg_terminate_backend", "redis_restart")
+#: Faults that can keep a queued task from any worker: a Redis restart empties the queue (no
+#: persistence), a killed worker's reserved messages wait for the broker's visibility timeout, and a
+#: worker whose consumer just reconnected may hold a message it received without running it (the
+#: thirteenth soak: received 24 s after a restart, never started, revoked 55 s later).
+BROKER_FAULTS = ("redis_restart", "kill_worker")
+#: How long before a stuck period's start a broker fault still explains it: a reconnect's aftermath.
+BROKER_AFTERMATH = 60.0
+#: Airflow's event-log names for a task requeued, then failed, for sitting queued past
+#: ``[scheduler] task_queued_timeout`` (``SchedulerJobRunner._maybe_requeue_stuck_ti``).
+STUCK_REQUEUED = "stuck in queued reschedule"
+STUCK_FAILED = "stuck in queued tries exceeded"
 
 
 @dataclass
@@ -144,10 +156,23 @@ def no_start_after_success(workloads: Iterable[Workload], faults: Sequence[Fault
 
 
 def final_states(
-    instances: Sequence[dict[str, Any]], faults: Sequence[Fault], retries: int
+    instances: Sequence[dict[str, Any]],
+    faults: Sequence[Fault],
+    retries: int,
+    stuck: Mapping[tuple[str, str, str, int], Sequence[tuple[float, str]]] | None = None,
+    queued_timeout: float = 600.0,
 ) -> tuple[Verdict, dict[str, int]]:
-    """A GPU task ends success unless a person marked it failed, or it ran out of retries to faults
-    that kill task tries (a worker, the scheduler, the database's connections): then failed."""
+    """A GPU task ends success unless a person marked it failed, it ran out of retries to faults
+    that kill task tries (a worker, the scheduler, the database's connections), or Airflow failed it
+    for sitting queued while the broker was disturbed: then failed.
+
+    That last is Airflow's design (apache/airflow#43520): a task queued past ``task_queued_timeout``
+    is sent again ``num_stuck_in_queued_retries`` times, then failed without using its retries. It
+    is allowed only when ``stuck`` (each instance's stuck events of its last try, ``(epoch, event)``
+    from Airflow's event log) ends in the failure and a broker fault fell in every stuck period: from
+    the event before (the first: ``queued_timeout`` before it, the latest it can have been queued),
+    less ``BROKER_AFTERMATH``, to the event. A task that waited for a busy worker, or that a soak
+    without broker faults failed so, is a violation; the tally counts these apart."""
     marked: dict[tuple[str, str, str, int], str] = {}
     for f in sorted(faults, key=lambda f: f.at):
         if f.kind in ("mark_failed", "mark_success") and f.instance is not None and f.outcome == "injected":
@@ -158,6 +183,14 @@ def final_states(
     for ti in instances:
         instance = (ti["dag_id"], ti["task_id"], ti["dag_run_id"], ti["map_index"])
         state = ti["state"]
+        events = (stuck or {}).get(instance, ())
+        if state == "failed" and events and events[-1][1] == STUCK_FAILED:
+            tally["failed: stuck in queued"] += 1
+            unexplained = _stuck_unexplained(events, faults, queued_timeout)
+            if unexplained:
+                when = ", ".join(time.strftime("%H:%M:%S", time.localtime(t)) for t in unexplained)
+                verdict.violations.append(f"{instance}: failed stuck in queued; no broker fault before {when}")
+            continue
         tally[state or "none"] += 1
         if ti["task_id"] not in ("score_shard", "train"):
             if state not in ("success", "upstream_failed"):
@@ -171,6 +204,21 @@ def final_states(
         if state not in allowed:
             verdict.violations.append(f"{instance}: {state} (allowed {sorted(allowed)}, try {ti['try_number']})")
     return verdict, dict(tally)
+
+
+def _stuck_unexplained(
+    events: Sequence[tuple[float, str]], faults: Sequence[Fault], queued_timeout: float
+) -> list[float]:
+    """The stuck events whose period holds no injected broker fault (see ``final_states``)."""
+    broker = [f.at for f in faults if f.kind in BROKER_FAULTS and f.outcome == "injected"]
+    unexplained = []
+    start = None
+    for when, _ in sorted(events):
+        begin = (when - queued_timeout if start is None else start) - BROKER_AFTERMATH
+        if not any(begin <= at <= when for at in broker):
+            unexplained.append(when)
+        start = when
+    return unexplained
 
 
 def results(expected: dict[tuple[str, str, str, int], Any], actual: dict[tuple[str, str, str, int], Any]) -> Verdict:

@@ -16,7 +16,9 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 from collections import defaultdict
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +36,7 @@ from airflow_gpu.testing.soak.soak_dags import (
     TRAINING,
     expected_shard,
 )
-from airflow_gpu.testing.soak.stack import PASSWORD, SoakStack, Supervisor, soak_stack
+from airflow_gpu.testing.soak.stack import PASSWORD, TASK_QUEUED_TIMEOUT, SoakStack, Supervisor, soak_stack
 
 MAX_MINUTES = 30.0
 FINISHED = ("success", "failed")
@@ -147,11 +149,14 @@ def collect(soak: SoakStack, runs: list[dict[str, Any]], faults: list[Fault], ro
     actual: dict[Any, Any] = {}
     trainings: dict[Any, Any] = {}  # the two-machine trainings' results, judged by their shape
     recorded: dict[Any, int] = {}
+    stuck: dict[Any, list[tuple[float, str]]] = {}
     for run in runs:
         for ti in stack.task_instances(run["dag_id"], run["run_id"]):
             ti["dag_run_id"] = run["run_id"]
             instances.append(ti)
             instance = (run["dag_id"], ti["task_id"], run["run_id"], ti["map_index"])
+            if ti["state"] == "failed":
+                stuck[instance] = stuck_events(stack, instance, ti["try_number"])
             if ti["task_id"] not in ("score_shard", "train") or ti["state"] != "success" or instance in marked:
                 continue
             value = stack.xcom(run["dag_id"], run["run_id"], ti["task_id"], map_index=ti["map_index"])
@@ -166,7 +171,20 @@ def collect(soak: SoakStack, runs: list[dict[str, Any]], faults: list[Fault], ro
             key = (*instance, ti["try_number"])
             recorded[key] = len(items or [])
     return {"instances": instances, "expected": expected, "actual": actual, "trainings": trainings,
-            "recorded": recorded}  # fmt: skip
+            "recorded": recorded, "stuck": stuck}  # fmt: skip
+
+
+def stuck_events(stack: Any, instance: tuple[str, str, str, int], try_number: int) -> list[tuple[float, str]]:
+    """The scheduler's stuck-in-queued events of one task try, oldest first, from Airflow's event log:
+    each requeue, and the failure once ``num_stuck_in_queued_retries`` is spent."""
+    dag_id, task_id, run_id, map_index = instance
+    query = urllib.parse.urlencode(
+        [("dag_id", dag_id), ("task_id", task_id), ("run_id", run_id), ("map_index", map_index),
+         ("try_number", try_number), ("included_events", invariants.STUCK_REQUEUED),
+         ("included_events", invariants.STUCK_FAILED), ("order_by", "when"), ("limit", 100)]
+    )  # fmt: skip
+    answer = stack.request("GET", f"/api/v2/eventLogs?{query}")
+    return [(datetime.fromisoformat(e["when"]).timestamp(), e["event"]) for e in answer["event_logs"]]
 
 
 def drain_evictions(observer: Observer, faults: list[Fault]) -> dict[Any, int]:
@@ -266,7 +284,9 @@ def main(argv: list[str] | None = None) -> int:
         _, forced_output = reap(soak, delete=True) if orphan else (0, "")
         forced_ok = orphan is not None and orphan in forced_output
         bound = args.drain_minutes * 60 + minutes * 60
-        final, tally = invariants.final_states(airflow["instances"], faults, RETRIES)
+        final, tally = invariants.final_states(
+            airflow["instances"], faults, RETRIES, airflow["stuck"], TASK_QUEUED_TIMEOUT
+        )
         verdicts = [
             invariants.one_live_per_try(observer.workloads()),
             invariants.no_orphans([*live_pods, *live_jobs, *live_objects], reap_output, reap_found),

@@ -33,6 +33,9 @@ from airflow_gpu.testing.redis import RedisServer
 
 DAG_FILE = Path(__file__).resolve().with_name("soak_dags.py")
 PASSWORD = "airflow-gpu-soak"
+#: ``[scheduler] task_queued_timeout``: a task queued longer is sent again, at most
+#: ``num_stuck_in_queued_retries`` (2) times, then failed (the judge reads those events).
+TASK_QUEUED_TIMEOUT = 60
 
 
 class RequestCounter:
@@ -127,7 +130,7 @@ def soak_stack(workdir: Path, log: Callable[[str], Any], workers: int = 2, trigg
                 "AIRFLOW_CONN_AWS_DEFAULT": batch.airflow_connection_uri(),
                 "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "30",
                 "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
-                "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "60",
+                "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": str(TASK_QUEUED_TIMEOUT),
                 # Checked only every this many seconds of one scheduler's life, for the tasks it queued or
                 # adopted (Airflow 3.3): at the default 120 s, a scheduler killed about once a minute never
                 # checked, and two trainings sat 13 minutes queued after Redis restarts (the eleventh soak).
