@@ -4,11 +4,14 @@ its replacement, a clear followed by a new pod, Batch's half-second reading)."""
 
 from __future__ import annotations
 
+import json
 import time
 
+from airflow_gpu.spot.training_job import INDEX_KEY
 from airflow_gpu.testing.soak import invariants
 from airflow_gpu.testing.soak.faults import Fault
-from airflow_gpu.testing.soak.observer import Workload
+from airflow_gpu.testing.soak.observer import Observer, Workload
+from airflow_gpu.utils.training_job import JOB_LABEL
 
 KEY = ("soak_fanout_kubernetes", "score_shard", "manual__1", 3, 1)
 
@@ -104,6 +107,47 @@ def test_a_task_airflow_failed_stuck_in_queued_is_allowed_only_when_the_broker_w
     reduce_instance = (*instance[:1], "summarize", *instance[2:])
     assert invariants.final_states([reduce], restarts, 4, {reduce_instance: events}, queued_timeout=60)[0].ok
     assert not invariants.final_states([reduce], [], 4, {reduce_instance: events}, queued_timeout=60)[0].ok
+
+
+def _machine(
+    index: str, phase: str, *, deleting: bool = False, end: dict[str, object] | None = None
+) -> dict[str, object]:
+    """A training machine's pod as the Kubernetes emulator's store hands it to the observer."""
+    labels = {"airflow-gpu/accelerator": "h100", JOB_LABEL: "train-c28a1098-r3", INDEX_KEY: index}
+    metadata: dict[str, object] = {"uid": f"uid-{index}", "name": f"train-c28a1098-r3-{index}-x", "labels": labels}
+    if deleting:
+        metadata["deletionTimestamp"] = "2026-11-27T15:35:51Z"
+    status: dict[str, object] = {"phase": phase}
+    if end is not None:
+        message = "::airflow-gpu-end::" + json.dumps(end)
+        terminated = {"exitCode": 0, "reason": "Completed", "message": message}
+        status["containerStatuses"] = [{"name": "base", "state": {"terminated": terminated}}]
+    return {"metadata": metadata, "spec": {"nodeName": "gpu-spot-1"}, "status": status}
+
+
+def test_a_main_machine_its_job_deleted_as_it_exited_with_its_result_finished_the_training() -> None:
+    """The fourteenth soak: machine 1 reclaimed after the last epoch; the Job's controller, judging the Job
+    failed, deleted the active main machine (``deleteActivePods``), which exited 0 with its result in its grace
+    period. The observer saw the deletion first; the training had finished all the same, so that reclaim is
+    no interruption. A main machine that exited 0 on the deletion's SIGTERM, or without its result, did not
+    finish it."""
+    result = {"exit_code": 0, "signals": [], "spot_notice": None, "result": "kept"}
+
+    def finished(end: dict[str, object]) -> frozenset[str]:
+        observer = Observer(kubernetes=None, batch=None)
+        observer._on_change("pods", "ADDED", _machine("0", "Running"))
+        observer._on_change("pods", "MODIFIED", _machine("0", "Running", deleting=True))
+        observer._on_change("pods", "MODIFIED", _machine("0", "Succeeded", deleting=True, end=end))
+        (main,) = observer.workloads()
+        assert main.outcome == "deleted"  # its end as a live pod: the deletion
+        return invariants.finished_trainings(observer.workloads())
+
+    assert finished(result) == {"train-c28a1098-r3"}
+    assert finished({**result, "signals": ["SIGTERM"]}) == frozenset()
+    assert finished({**result, "result": "none"}) == frozenset()
+    reclaim = Fault(1, 1.0, "k8s_reclaim_running", key=KEY, target="train-c28a1098-r3-1-x", group="train-c28a1098-r3")
+    assert invariants.interruptions({KEY: 0}, [reclaim], {}, finished(result)).ok
+    assert not invariants.interruptions({KEY: 0}, [reclaim], {}, finished({**result, "result": "none"})).ok
 
 
 def test_interruptions_must_match_the_reclaims_on_that_try() -> None:

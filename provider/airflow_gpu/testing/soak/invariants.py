@@ -233,10 +233,13 @@ def results(expected: dict[tuple[str, str, str, int], Any], actual: dict[tuple[s
 
 def finished_trainings(workloads: Iterable[Workload]) -> frozenset[str]:
     """The training Jobs whose main machine (rank 0) ended ``Succeeded``: the soak's training prints its result
-    there at its end, so the training finished, whatever became of its other machines afterwards."""
+    there at its end, so the training finished, whatever became of its other machines afterwards. A main machine
+    whose deletion was asked before it ended counts when it exited 0 with its result of its own accord
+    (``Workload.finished``): the fourteenth soak reclaimed machine 1 after the last epoch, the Job's controller
+    deleted the main machine as it exited, and the provider rightly read a finished training."""
     return frozenset(
         w.group for w in workloads
-        if w.group and w.outcome == "Succeeded" and (w.marks.get("labels") or {}).get(INDEX_KEY) == "0"
+        if w.group and (w.outcome == "Succeeded" or w.finished) and (w.marks.get("labels") or {}).get(INDEX_KEY) == "0"
     )  # fmt: skip
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_gpu.accelerators.batch_job import TRY_TAG
+from airflow_gpu.spot.classifier import finished_with_result
 from airflow_gpu.spot.training_job import judged
 from airflow_gpu.utils.pod_identity import TASK_ANNOTATION
 from airflow_gpu.utils.training_job import JOB_LABEL
@@ -44,6 +45,10 @@ class Workload:
     marks: dict[str, Any] = field(default_factory=dict)  # a pod's labels and annotations, as first seen
     group: str | None = None  # the training Job a pod is a machine of (its ranks are live together)
     deleted: float | None = None  # when its deletion was requested or it was removed (after ``ended`` too)
+    #: A pod whose workload printed its result and exited 0 of its own accord (the profiler's end line in its
+    #: termination message: ``classifier.finished_with_result``), even where its deletion was asked first: a
+    #: training's main machine deleted by its Job's controller, once another machine failed, while it exited.
+    finished: bool = False
 
     @property
     def instance(self) -> tuple[str, str, str, int] | None:
@@ -129,6 +134,8 @@ class Observer:
                     pod.ended, pod.outcome = now, "deleted"
             if gone and pod.deleted is None:
                 pod.deleted = now
+            if phase == "Succeeded" and not pod.finished:
+                pod.finished = finished_with_result(obj)
 
     def _on_object(self, kind: str, event: str, obj: dict[str, Any], uid: str, now: float) -> None:
         """A training's Job or Service: live from its creation until its deletion is requested. A Job its
