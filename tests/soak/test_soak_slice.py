@@ -34,7 +34,7 @@ def test_a_fixed_seed_slice_keeps_every_promise(tmp_path: Path) -> None:
     workdir = tmp_path / "soak"
     command = [
         sys.executable, "-m", "airflow_gpu.testing.soak", "--seed", str(SEED), "--each", "2", "--minutes", "2",
-        "--drain-minutes", "5", "--shards", "6", "--rows", "100", "--epoch-seconds", "2",
+        "--drain-minutes", "5", "--shards", "6", "--rows", "100", "--epoch-seconds", "2", "--accelerate-runs", "1",
         "--grace", "15", "--workdir", str(workdir),
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=1200)

@@ -228,3 +228,30 @@ def test_another_machine_s_failure_once_the_main_one_finished_with_its_result_is
     silent = profiled_success(0, "node-a", [], result=False)
     result, culprit = end([silent, failed], set(), {"node-a": True, "node-b": True}, 9)
     assert (result.outcome, culprit["metadata"]["name"]) == (Outcome.APPLICATION, "train-1")
+
+
+def test_a_failed_job_no_pod_explains_once_the_main_machine_finished_with_its_result_is_a_success() -> None:
+    """The slice beside the suite: the main machine printed its result and exited 0; machine 1 was still
+    terminating (its deletion asked, its container running, no condition saying why) on a node that stays, and
+    the Job was ``Failed`` (``BackoffLimitExceeded``: a terminating pod counts as failed) with no pod telling
+    why. The training had finished all the same, but the try failed as "not recognised" and the retry trained
+    again. Without the main machine's result it stays unknown."""
+    condition = {
+        "type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+        "message": "Job has reached the specified backoff limit", "lastTransitionTime": at(9),
+    }  # fmt: skip
+    job = {"metadata": {"name": "train"}, "status": {"conditions": [condition]}}
+
+    def judge(main: dict[str, Any]) -> Any:
+        seen = JobPods()
+        seen.record("train-0", main, False)
+        seen.record("train-1", deleted_by_controller(pod(1, "node-b"), asked=8), False)  # terminating, no word why
+        ended = job_end(job, seen, lambda node: True, "train")
+        assert ended is not None
+        return ended
+
+    result, culprit = judge(profiled_success(0, "node-a", []))
+    assert (result.outcome, culprit["metadata"]["name"]) == (Outcome.SUCCEEDED, "train-0")
+    assert "the main machine finished with its result; the Job then failed (BackoffLimitExceeded" in result.message
+    result, culprit = judge(profiled_success(0, "node-a", [], result=False))
+    assert result.outcome is Outcome.UNKNOWN and culprit is None

@@ -288,6 +288,12 @@ def job_end(
         return Classification(Outcome.SUCCEEDED, "Succeeded", told, exit_code=0), main
     if result.outcome is not Outcome.RUNNING:
         return result, culprit
+    if "Failed" in conditions and finished_with_result(main):
+        # Final, no pod that was seen tells why, and the main machine finished the training: the rank that failed
+        # the Job went between two looks (evicted and removed; the slice's drain met one at its exit barrier).
+        # As above, a run again would train anew.
+        told = f"the main machine finished with its result; the Job then failed ({reason}: {message})"
+        return Classification(Outcome.SUCCEEDED, "Succeeded", told, exit_code=0), main
     if "Failed" in conditions:  # final, and no pod that was seen tells why
         return Classification(Outcome.UNKNOWN, reason, f"Job {name} failed: {message}"), None
     return None  # FailureTarget: the failed rank's state is on its way

@@ -108,6 +108,8 @@ AIM_SECONDS = 10.0
 #: With ``each``: how long a fault that found no target waits before it aims again.
 RETRY_SECONDS = 2.0
 SPOT_NODE_PREFIX = "gpu-spot"
+#: How long a Batch reclaim waits for a training job RUNNING on the spot queue.
+BATCH_RECLAIM_WAIT = 30.0
 
 
 class Injector(threading.Thread):
@@ -345,12 +347,15 @@ class Injector(threading.Thread):
     # --- AWS Batch -----------------------------------------------------------------------
 
     def _batch_reclaim(self, fault: Fault, rng: random.Random) -> None:
+        # Only the two Batch trainings run on Batch spot, each RUNNING for a part of its run: a reclaim waits up
+        # to BATCH_RECLAIM_WAIT for one (the slice's two reclaims at 5 s had found none, twice in ten runs).
         running = self._wait_for(
             lambda: sorted(
                 (j for j in self.context.batch.jobs()
                  if j.status == "RUNNING" and j.job_queue.name == "gpu-spot" and _not_stopping(j)),
                 key=lambda j: j.job_id,
-            )
+            ),
+            seconds=BATCH_RECLAIM_WAIT,
         )  # fmt: skip
         if not running:
             fault.outcome = "skipped"

@@ -58,8 +58,12 @@ def log(message: str) -> None:
 class Runs:
     """One active run per soak DAG while the fault window is open; each run's start, end and state."""
 
-    def __init__(self, soak: SoakStack, shards: int, rows: int, epoch_seconds: float = EPOCH_SECONDS) -> None:
+    def __init__(
+        self, soak: SoakStack, shards: int, rows: int, epoch_seconds: float = EPOCH_SECONDS, accelerate_runs: int = 0
+    ) -> None:
         self.soak, self.shards, self.rows, self.epoch_seconds = soak, shards, rows, epoch_seconds
+        #: At most this many runs of each two-machine training DAG (0: no limit), see ``--accelerate-runs``.
+        self.accelerate_runs = accelerate_runs
         self.runs: list[dict[str, Any]] = []
         self.active: dict[str, dict[str, Any]] = {}
 
@@ -72,6 +76,11 @@ class Runs:
         if dag_id in ACCELERATE:
             conf["port"] = run_port(dag_id, sum(run["dag_id"] == dag_id for run in self.runs))
         return conf
+
+    def _enough(self, dag_id: str) -> bool:
+        if dag_id not in ACCELERATE or not self.accelerate_runs:
+            return False
+        return bool(sum(run["dag_id"] == dag_id for run in self.runs) >= self.accelerate_runs)
 
     def tick(self, open_window: bool) -> None:
         stack = self.soak.stack
@@ -87,7 +96,7 @@ class Runs:
                     run["seconds"] = time.time() - run["started"]
                     log(f"run {dag_id} {run['run_id']} {state} in {run['seconds']:.0f} s")
                     del self.active[dag_id]
-            if dag_id not in self.active and open_window:
+            if dag_id not in self.active and open_window and not self._enough(dag_id):
                 try:
                     run_id = stack.trigger(dag_id, self.conf(dag_id))
                 except (OSError, urllib.error.URLError) as error:
@@ -227,6 +236,11 @@ def main(argv: list[str] | None = None) -> int:
         "--epoch-seconds", type=float, default=EPOCH_SECONDS,
         help=f"each of the Batch training's {EPOCHS} epochs (longer: more of each run for a reclaim to meet)",
     )  # fmt: skip
+    parser.add_argument(
+        "--accelerate-runs", type=int, default=0,
+        help="at most this many runs of each two-machine training DAG (default: no limit); each of their Jobs "
+             "costs some 10 CPU-seconds of torch processes, which the slice in make test has to spare",
+    )  # fmt: skip
     parser.add_argument("--grace", type=float, default=30.0, help="seconds before leftovers count as orphans")
     parser.add_argument("--workdir", default=".soak")
     args = parser.parse_args(argv)
@@ -238,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         f"python -m airflow_gpu.testing.soak --replay {seed} --faults {args.faults} --each {args.each} "
         f"--minutes {minutes:g} --drain-minutes {args.drain_minutes:g} --shards {args.shards} --rows {args.rows}"
         f" --epoch-seconds {args.epoch_seconds:g}"
+        + (f" --accelerate-runs {args.accelerate_runs}" if args.accelerate_runs else "")
     )
     count = args.each * len(KINDS) if args.each else args.faults
     log(f"soak seed {seed}: {count} faults over {minutes:g} min (replay: {replay})")
@@ -252,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         context = Context(stack, soak.kubernetes, soak.batch, soak.redis, soak.postgres, observer)
         supervisor = Supervisor(stack, context.supervisor_lock, context.held_down, log)
         supervisor.start()
-        runs = Runs(soak, args.shards, args.rows, args.epoch_seconds)
+        runs = Runs(soak, args.shards, args.rows, args.epoch_seconds, args.accelerate_runs)
         injector = Injector(seed, args.faults, minutes * 60, context, log, each=args.each)
         window_start = time.time()
         injector.window_start = time.monotonic()  # the first runs' triggers take a while on a loaded machine
