@@ -1,8 +1,8 @@
-"""The soak's judge reads Airflow's stuck-in-queued events through REST API v2 (``runner.stuck_events``):
-its query must be one the shared stack's real API server answers, and pick exactly one try's two
-stuck events. The rows are written into the stack's PostgreSQL as the scheduler writes them
-(``SchedulerJobRunner._maybe_requeue_stuck_ti`` adds ``Log`` rows with the task instance's key):
-making a real scheduler fail a task that way takes three ``task_queued_timeout`` periods."""
+"""The soak's judge reads Airflow's stuck-in-queued events through REST API v2 (``runner.stuck_events``): its query
+must be one the shared stack's real API server answers, and pick exactly one try's stuck events and its ``running``
+ones (Airflow counts the requeues from the last). The rows are written into the stack's PostgreSQL as the scheduler
+writes them (``SchedulerJobRunner._maybe_requeue_stuck_ti`` adds ``Log`` rows with the task instance's key): making
+a real scheduler fail a task that way takes three ``task_queued_timeout`` periods."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow  # the shared Airflow stack
 DAG_ID = "gpu_profile_hostile"
 
 
-def test_stuck_events_are_one_try_s_requeues_and_failure_oldest_first(
+def test_stuck_events_are_one_try_s_runs_requeues_and_failure_oldest_first(
     airflow_stack: tuple[AirflowStack, KubernetesEmulator], stack_database: str
 ) -> None:
     stack = airflow_stack[0]
@@ -33,7 +33,8 @@ def test_stuck_events_are_one_try_s_requeues_and_failure_oldest_first(
         (75, "profiled", -1, 2, invariants.STUCK_REQUEUED),
         (0, "profiled", -1, 2, invariants.STUCK_REQUEUED),
         (151, "profiled", -1, 2, invariants.STUCK_FAILED),
-        (-30, "profiled", -1, 2, "running"),  # another event of the same try
+        (-30, "profiled", -1, 2, invariants.RUNNING),  # from its last one Airflow counts the requeues
+        (-20, "profiled", -1, 2, "success"),  # another event of the same try
         (10, "profiled", -1, 1, invariants.STUCK_REQUEUED),  # another try
         (20, "profiled", 0, 2, invariants.STUCK_FAILED),  # another map index
         (30, "other", -1, 2, invariants.STUCK_FAILED),  # another task
@@ -59,6 +60,7 @@ def test_stuck_events_are_one_try_s_requeues_and_failure_oldest_first(
 
     start = base.timestamp()
     assert events == [
+        (start - 30, invariants.RUNNING),
         (start, invariants.STUCK_REQUEUED),
         (start + 75, invariants.STUCK_REQUEUED),
         (start + 151, invariants.STUCK_FAILED),

@@ -284,3 +284,28 @@ def test_in_the_slice_a_fault_that_found_no_target_aims_again_until_its_kind_is_
         drawn = Fault(1, 0.0, "batch_reclaim")
         soak._apply(drawn, random.Random(1))
         assert drawn.outcome == "skipped"  # drawn once, as drawn
+
+
+def test_the_slice_knows_which_kinds_are_not_applied_yet_and_the_full_soak_has_none() -> None:
+    """The runner keeps the slice's window open past its end (``runner.OVERTIME_SECONDS``) while a kind has not
+    been applied: beside the suite the Batch reclaims, drawn late, twice found no training on spot."""
+    slice_ = Injector(2611, 0, 120.0, None, lambda _: None, each=1)  # type: ignore[arg-type]
+    assert slice_.unapplied() == set(KINDS)
+    aimed = {"batch_reclaim": "skipped", "redis_restart": "injected"}
+
+    def aim(injector: Injector, fault: Fault, rng: random.Random) -> None:
+        fault.outcome = aimed[fault.kind]
+
+    class Stopped:
+        def wait(self, seconds: float) -> bool:
+            return True  # the window is over: no aiming again
+
+    slice_.stop = Stopped()  # type: ignore[assignment]
+    with pytest.MonkeyPatch.context() as patch:
+        for kind in aimed:
+            patch.setattr(Injector, f"_{kind}", aim)
+        for number, kind in enumerate(aimed, 1):
+            slice_._apply(Fault(number, 0.0, kind), random.Random(1))
+    assert slice_.unapplied() == set(KINDS) - {"redis_restart"}
+    full = Injector(2611, 300, 60.0, None, lambda _: None)  # type: ignore[arg-type]
+    assert full.unapplied() == set()

@@ -102,6 +102,10 @@ def test_a_task_airflow_failed_stuck_in_queued_is_allowed_only_when_the_broker_w
     # requeued but not failed by Airflow: a failure of its own, judged as before (retries left, no mark)
     requeued_only = {instance: events[:2]}
     assert not invariants.final_states([ti], restarts, 4, requeued_only, queued_timeout=60)[0].ok
+    # Airflow counts the requeues from the try's last "running" (a deferred task resumes under the same try):
+    # the requeue before it needs no excuse, and the periods start over after it
+    resumed = {instance: [(base - 200, invariants.STUCK_REQUEUED), (base - 150, invariants.RUNNING), *events]}
+    assert invariants.final_states([ti], restarts, 4, resumed, queued_timeout=60)[0].ok
     # a task besides the GPU ones (the reduce step) is judged the same way
     reduce = {**ti, "task_id": "summarize"}
     reduce_instance = (*instance[:1], "summarize", *instance[2:])
@@ -148,6 +152,19 @@ def test_a_main_machine_its_job_deleted_as_it_exited_with_its_result_finished_th
     reclaim = Fault(1, 1.0, "k8s_reclaim_running", key=KEY, target="train-c28a1098-r3-1-x", group="train-c28a1098-r3")
     assert invariants.interruptions({KEY: 0}, [reclaim], {}, finished(result)).ok
     assert not invariants.interruptions({KEY: 0}, [reclaim], {}, finished({**result, "result": "none"})).ok
+
+
+def test_a_pod_that_finished_with_its_result_after_its_deletion_was_asked_is_a_success_to_start_again_after() -> None:
+    """A pod whose deletion was asked while it ran ends ``deleted`` for liveness, but if its workload then exited 0
+    with its result (``Workload.finished``), the task instance had its success: a pod made for it afterwards ran
+    the workload again. One that exited on the deletion's signal did not finish (``finished`` stays False)."""
+    deleted = pod("a", 0, 10, "deleted")
+    deleted.finished, deleted.finished_at = True, 12.0
+    again = pod("b", 15, 25, "Succeeded", key=(*KEY[:4], 2))
+    verdict = invariants.no_start_after_success([deleted, again], [])
+    assert len(verdict.violations) == 1 and "b created 3.0s after a success" in verdict.violations[0]
+    stopped = pod("a", 0, 10, "deleted")
+    assert invariants.no_start_after_success([stopped, again], []).ok
 
 
 def test_interruptions_must_match_the_reclaims_on_that_try() -> None:

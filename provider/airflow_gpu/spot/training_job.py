@@ -289,10 +289,11 @@ def job_end(
     if result.outcome is not Outcome.RUNNING:
         return result, culprit
     if "Failed" in conditions and finished_with_result(main):
-        # Final, no pod that was seen tells why, and the main machine finished the training: the rank that failed
-        # the Job went between two looks (evicted and removed; the slice's drain met one at its exit barrier).
-        # As above, a run again would train anew.
-        told = f"the main machine finished with its result; the Job then failed ({reason}: {message})"
+        # Final, no pod that was seen tells why, and the main machine finished the training: the pods as read lag
+        # the Job (a listing taken before the failing rank's end was written, a watch behind), or a cluster marks
+        # a Job failed while a rank still terminates (before Kubernetes delays the terminal condition). The slice
+        # beside the suite met it; as above, a run again would train anew.
+        told = f"the main machine finished with its result; Job {name} failed ({reason}: {message}), no pod telling why"
         return Classification(Outcome.SUCCEEDED, "Succeeded", told, exit_code=0), main
     if "Failed" in conditions:  # final, and no pod that was seen tells why
         return Classification(Outcome.UNKNOWN, reason, f"Job {name} failed: {message}"), None

@@ -133,6 +133,7 @@ class Injector(threading.Thread):
         self.window_start: float | None = None  # the window's start on that clock (the runner's), else the run's
         self.workers: list[threading.Thread] = []
         self.lock = threading.Lock()
+        self.applied: set[str] = set()  # the kinds of the faults done and injected
 
     def draws(self) -> Iterator[tuple[int, str, random.Random]]:
         """The seeded schedule: each fault's number, kind and the generator of its parameters (what
@@ -159,6 +160,12 @@ class Injector(threading.Thread):
             worker.start()
             self.workers.append(worker)
 
+    def unapplied(self) -> set[str]:
+        """With ``each``: the kinds no fault has been applied of yet (each aims again while the window lasts). From
+        the faults done aiming: one aiming again reads "injected" until its aim finds no target."""
+        with self.lock:
+            return set(self.plan or ()) - self.applied
+
     def join_all(self, timeout: float = 60) -> None:
         self.stop.set()
         self.join(timeout)
@@ -174,6 +181,9 @@ class Injector(threading.Thread):
                 fault.outcome = f"error: {type(error).__name__}: {str(error)[:160]}"
             if not self._aim_again(fault):
                 break
+        if fault.outcome == "injected":
+            with self.lock:
+                self.applied.add(fault.kind)
         self.log(fault.line())
 
     def _aim_again(self, fault: Fault) -> bool:
@@ -184,7 +194,7 @@ class Injector(threading.Thread):
         if self.plan is None or fault.outcome != "skipped" or self.stop.wait(RETRY_SECONDS):
             return False
         with self.lock:
-            if any(f.kind == fault.kind and f.outcome == "injected" for f in self.faults):
+            if fault.kind in self.applied:
                 return False
         fault.outcome, fault.target, fault.detail, fault.key, fault.group = "injected", "", "", None, None
         fault.instance, fault.evicted, fault.at = None, (), time.time()  # its moment is the new aim's

@@ -41,6 +41,9 @@ BROKER_AFTERMATH = 60.0
 #: ``[scheduler] task_queued_timeout`` (``SchedulerJobRunner._maybe_requeue_stuck_ti``).
 STUCK_REQUEUED = "stuck in queued reschedule"
 STUCK_FAILED = "stuck in queued tries exceeded"
+#: The event the Execution API logs when a try starts running: Airflow counts a try's requeues from its last one
+#: (``_get_num_times_stuck_in_queued``), as a deferred task resumes under the same try number.
+RUNNING = "running"
 
 
 @dataclass
@@ -127,7 +130,8 @@ def no_start_after_success(workloads: Iterable[Workload], faults: Sequence[Fault
     """Once a pod or job of a task instance succeeded, none is started for it again, unless the
     injector cleared that task instance after the success, or cleared the try that made it before it
     succeeded (a Clear of a running try asks for a new try, which runs the workload again: the killed
-    try's pod may still finish while its task is being stopped)."""
+    try's pod may still finish while its task is being stopped). A pod that exited 0 with its result after its
+    deletion was asked (``Workload.finished``) succeeded too, from when it was seen so."""
     cleared: dict[tuple[str, str, str, int], list[float]] = defaultdict(list)
     cleared_tries: dict[TryKey, float] = {}
     for f in faults:
@@ -141,10 +145,10 @@ def no_start_after_success(workloads: Iterable[Workload], faults: Sequence[Fault
             by_instance[w.instance].append(w)
     verdict = Verdict("no pod/job started again after a success", len(by_instance))
     for instance, items in sorted(by_instance.items()):
+        ends = [(w, w.ended if w.outcome in ("Succeeded", "SUCCEEDED") else w.finished_at) for w in items]
         succeeded = [
-            w.ended for w in items
-            if w.outcome in ("Succeeded", "SUCCEEDED") and w.ended is not None
-            and not (w.key is not None and w.key in cleared_tries and cleared_tries[w.key] <= w.ended)
+            at for w, at in ends
+            if at is not None and not (w.key is not None and w.key in cleared_tries and cleared_tries[w.key] <= at)
         ]  # fmt: skip
         if not succeeded:
             continue
@@ -166,13 +170,14 @@ def final_states(
     that kill task tries (a worker, the scheduler, the database's connections), or Airflow failed it
     for sitting queued while the broker was disturbed: then failed.
 
-    That last is Airflow's design (apache/airflow#43520): a task queued past ``task_queued_timeout``
-    is sent again ``num_stuck_in_queued_retries`` times, then failed without using its retries. It
-    is allowed only when ``stuck`` (each instance's stuck events of its last try, ``(epoch, event)``
-    from Airflow's event log) ends in the failure and a broker fault fell in every stuck period: from
-    the event before (the first: ``queued_timeout`` before it, the latest it can have been queued),
-    less ``BROKER_AFTERMATH``, to the event. A task that waited for a busy worker, or that a soak
-    without broker faults failed so, is a violation; the tally counts these apart."""
+    That last is Airflow's design (apache/airflow#43520): a task queued past ``task_queued_timeout`` is sent again
+    ``num_stuck_in_queued_retries`` times, then failed without using its retries. It is allowed only when ``stuck``
+    (each instance's stuck events of its last try, ``(epoch, event)`` from Airflow's event log, counted from its
+    last ``running`` as Airflow counts them) ends in the failure and a broker fault fell in every stuck period: from
+    the event before (the first: ``queued_timeout`` before it, the latest it can have been queued), less
+    ``BROKER_AFTERMATH``, to the event. A task that waited for a busy worker, or that a soak without broker faults
+    failed so, is a violation; the tally counts these apart. It is a bound, not a proof: the full soak injects a
+    broker fault every 45 s or so, so most stuck periods hold one; a rise in that count is what to look into."""
     marked: dict[tuple[str, str, str, int], str] = {}
     for f in sorted(faults, key=lambda f: f.at):
         if f.kind in ("mark_failed", "mark_success") and f.instance is not None and f.outcome == "injected":
@@ -183,7 +188,7 @@ def final_states(
     for ti in instances:
         instance = (ti["dag_id"], ti["task_id"], ti["dag_run_id"], ti["map_index"])
         state = ti["state"]
-        events = (stuck or {}).get(instance, ())
+        events = _since_last_running((stuck or {}).get(instance, ()))
         if state == "failed" and events and events[-1][1] == STUCK_FAILED:
             tally["failed: stuck in queued"] += 1
             unexplained = _stuck_unexplained(events, faults, queued_timeout)
@@ -204,6 +209,13 @@ def final_states(
         if state not in allowed:
             verdict.violations.append(f"{instance}: {state} (allowed {sorted(allowed)}, try {ti['try_number']})")
     return verdict, dict(tally)
+
+
+def _since_last_running(events: Sequence[tuple[float, str]]) -> list[tuple[float, str]]:
+    """The stuck events Airflow counts: those after the try's last ``running`` event, oldest first."""
+    ordered = sorted(events)
+    starts = [n for n, (_, event) in enumerate(ordered) if event == RUNNING]
+    return ordered[starts[-1] + 1 :] if starts else ordered
 
 
 def _stuck_unexplained(
