@@ -3,7 +3,7 @@ kind twice in a seeded order over two minutes, on the same stack (PostgreSQL, Re
 CeleryExecutor with two workers, two triggerers, the emulators), judged by the same invariants.
 
 Marked ``soak`` and left out of ``make test`` (pyproject's addopts deselect the marker): alone it takes
-about three and a half minutes and three CPU-minutes of a 2-core machine (at most two runs of each two-machine
+three and a half to four minutes and three to four CPU-minutes of a 2-core machine (at most two runs of each two-machine
 training, four shards, the operators imported by the Celery workers before they fork); beside the suite
 (``-n 5``), ``make test`` took 7 min 18 s (6 min 10 s without it; docs/soak.rst), past the 7-minute budget.
 Run it with ``pytest -m soak tests/soak/test_soak_slice.py``.
