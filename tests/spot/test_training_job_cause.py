@@ -257,3 +257,30 @@ def test_a_failed_job_no_pod_explains_once_the_main_machine_finished_with_its_re
     )
     result, culprit = judge(profiled_success(0, "node-a", [], result=False))
     assert result.outcome is Outcome.UNKNOWN and culprit is None
+
+
+def test_a_job_past_its_deadline_once_the_main_machine_finished_with_its_result_is_a_success() -> None:
+    """``activeDeadlineSeconds`` ran out while machine 1 lingered at torch's exit barrier, after the main machine
+    had printed its result and exited 0: the controller deleted the lingering rank and failed the Job
+    (``DeadlineExceeded``). The training had finished; a run again would train anew. A main machine the deadline
+    stopped (its SIGTERM in the profiler's end) or without its result leaves the deadline's failure standing."""
+    condition = {
+        "type": "FailureTarget", "status": "True", "reason": "DeadlineExceeded",
+        "message": "Job was active longer than specified deadline", "lastTransitionTime": at(9),
+    }  # fmt: skip
+    job = {"metadata": {"name": "train"}, "status": {"conditions": [condition]}}
+
+    def judge(main: dict[str, Any]) -> Any:
+        seen = JobPods()
+        seen.record("train-0", main, False)
+        seen.record("train-1", deleted_by_controller(pod(1, "node-b"), asked=9), True)
+        ended = job_end(job, seen, lambda node: True, "train")
+        assert ended is not None
+        return ended
+
+    result, culprit = judge(profiled_success(0, "node-a", []))
+    assert (result.outcome, culprit["metadata"]["name"]) == (Outcome.SUCCEEDED, "train-0")
+    assert "ran past its deadline: Job was active longer than specified deadline" in result.message
+    for main in (profiled_success(0, "node-a", ["SIGTERM"]), profiled_success(0, "node-a", [], result=False)):
+        result, culprit = judge(main)
+        assert (result.outcome, result.reason, culprit) == (Outcome.UNKNOWN, "DeadlineExceeded", None)

@@ -273,6 +273,11 @@ def job_end(
         return None
     reason, message = judged.get("reason") or "Failed", judged.get("message") or ""
     if reason == "DeadlineExceeded":  # the controller deleted the ranks: they say nothing of it
+        if finished_with_result(pods.main()):
+            # The main machine finished before the deadline (one stopped by the deadline's SIGTERM is not finished):
+            # another machine lingered at torch's exit barrier past it. A run again would train anew.
+            told = f"the main machine finished with its result; Job {name} then ran past its deadline: {message}"
+            return Classification(Outcome.SUCCEEDED, "Succeeded", told, exit_code=0), pods.main()
         return Classification(Outcome.UNKNOWN, reason, f"Job {name}: {message} (activeDeadlineSeconds)"), None
     result, culprit = cause(pods, node_stays, _time(judged.get("lastTransitionTime")))
     main = pods.main()
