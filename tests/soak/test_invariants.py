@@ -159,11 +159,13 @@ def test_a_pod_that_finished_with_its_result_after_its_deletion_was_asked_is_a_s
     with its result (``Workload.finished``), the task instance had its success: a pod made for it afterwards ran
     the workload again. One that exited on the deletion's signal did not finish (``finished`` stays False)."""
     deleted = pod("a", 0, 10, "deleted")
-    deleted.finished, deleted.finished_at = True, 12.0
+    deleted.statuses.append((12.0, "Succeeded"))
+    deleted.finished = True
     again = pod("b", 15, 25, "Succeeded", key=(*KEY[:4], 2))
     verdict = invariants.no_start_after_success([deleted, again], [])
     assert len(verdict.violations) == 1 and "b created 3.0s after a success" in verdict.violations[0]
     stopped = pod("a", 0, 10, "deleted")
+    stopped.statuses.append((12.0, "Succeeded"))  # exited 0 on the deletion's SIGTERM: not finished
     assert invariants.no_start_after_success([stopped, again], []).ok
 
 

@@ -230,25 +230,32 @@ def test_another_machine_s_failure_once_the_main_one_finished_with_its_result_is
     assert (result.outcome, culprit["metadata"]["name"]) == (Outcome.APPLICATION, "train-1")
 
 
+def judged_job(kind: str, reason: str, message: str) -> dict[str, Any]:
+    condition = {"type": kind, "status": "True", "reason": reason, "message": message, "lastTransitionTime": at(9)}
+    return {"metadata": {"name": "train"}, "status": {"conditions": [condition]}}
+
+
+def judged_end(job: dict[str, Any], main: dict[str, Any], other: dict[str, Any], gone: bool) -> Any:
+    """``job_end`` of a two-machine Job as the pods were last read: the main machine, and machine 1 (``gone``:
+    no longer listed)."""
+    seen = JobPods()
+    seen.record("train-0", main, False)
+    seen.record("train-1", other, gone)
+    ended = job_end(job, seen, lambda node: True, "train")
+    assert ended is not None
+    return ended
+
+
 def test_a_failed_job_no_pod_explains_once_the_main_machine_finished_with_its_result_is_a_success() -> None:
     """The slice beside the suite: the main machine printed its result and exited 0, and the Job was ``Failed``
     (``BackoffLimitExceeded``) while the pods as read told nothing: machine 1 last seen terminating, its deletion
     asked without a condition, on a node that stays (a listing behind the Job, or a cluster that marks the Job
     failed before its ranks end). The training had finished all the same, but the try failed as "not
     recognised" and the retry trained again. Without the main machine's result it stays unknown."""
-    condition = {
-        "type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
-        "message": "Job has reached the specified backoff limit", "lastTransitionTime": at(9),
-    }  # fmt: skip
-    job = {"metadata": {"name": "train"}, "status": {"conditions": [condition]}}
+    job = judged_job("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit")
 
-    def judge(main: dict[str, Any]) -> Any:
-        seen = JobPods()
-        seen.record("train-0", main, False)
-        seen.record("train-1", deleted_by_controller(pod(1, "node-b"), asked=8), False)  # terminating, no word why
-        ended = job_end(job, seen, lambda node: True, "train")
-        assert ended is not None
-        return ended
+    def judge(main: dict[str, Any]) -> Any:  # machine 1: terminating, no word why
+        return judged_end(job, main, deleted_by_controller(pod(1, "node-b"), asked=8), gone=False)
 
     result, culprit = judge(profiled_success(0, "node-a", []))
     assert (result.outcome, culprit["metadata"]["name"]) == (Outcome.SUCCEEDED, "train-0")
@@ -257,6 +264,11 @@ def test_a_failed_job_no_pod_explains_once_the_main_machine_finished_with_its_re
     )
     result, culprit = judge(profiled_success(0, "node-a", [], result=False))
     assert result.outcome is Outcome.UNKNOWN and culprit is None
+    # judged but not final yet (``FailureTarget``): nothing left to wait for once the main machine finished
+    target = judged_job("FailureTarget", "BackoffLimitExceeded", "Job has reached the specified backoff limit")
+    terminating = deleted_by_controller(pod(1, "node-b"), asked=8)
+    result, _ = judged_end(target, profiled_success(0, "node-a", []), terminating, gone=False)
+    assert result.outcome is Outcome.SUCCEEDED
 
 
 def test_a_job_past_its_deadline_once_the_main_machine_finished_with_its_result_is_a_success() -> None:
@@ -264,19 +276,10 @@ def test_a_job_past_its_deadline_once_the_main_machine_finished_with_its_result_
     had printed its result and exited 0: the controller deleted the lingering rank and failed the Job
     (``DeadlineExceeded``). The training had finished; a run again would train anew. A main machine the deadline
     stopped (its SIGTERM in the profiler's end) or without its result leaves the deadline's failure standing."""
-    condition = {
-        "type": "FailureTarget", "status": "True", "reason": "DeadlineExceeded",
-        "message": "Job was active longer than specified deadline", "lastTransitionTime": at(9),
-    }  # fmt: skip
-    job = {"metadata": {"name": "train"}, "status": {"conditions": [condition]}}
+    job = judged_job("FailureTarget", "DeadlineExceeded", "Job was active longer than specified deadline")
 
-    def judge(main: dict[str, Any]) -> Any:
-        seen = JobPods()
-        seen.record("train-0", main, False)
-        seen.record("train-1", deleted_by_controller(pod(1, "node-b"), asked=9), True)
-        ended = job_end(job, seen, lambda node: True, "train")
-        assert ended is not None
-        return ended
+    def judge(main: dict[str, Any]) -> Any:  # machine 1: deleted by the controller, gone
+        return judged_end(job, main, deleted_by_controller(pod(1, "node-b"), asked=9), gone=True)
 
     result, culprit = judge(profiled_success(0, "node-a", []))
     assert (result.outcome, culprit["metadata"]["name"]) == (Outcome.SUCCEEDED, "train-0")

@@ -272,37 +272,37 @@ def job_end(
     if judged is None:
         return None
     reason, message = judged.get("reason") or "Failed", judged.get("message") or ""
+    main = pods.main()
+    if finished_with_result(main):
+        # The training finished, whatever failed the Job: its main machine printed its result and exited 0 of its
+        # own accord, which it cannot do while a peer it still needs is gone or failing (its next collective fails
+        # or hangs), nor once a deadline's or a deletion's SIGTERM reached it. So the rest ended past the last
+        # collective: a machine lost at torch's exit barrier or aborted as its process group was torn down (the
+        # tenth soak: SIGABRT once rank 0 had printed its result), one lingering there past
+        # ``activeDeadlineSeconds``, or one whose end the pods as read do not show yet (a listing behind the
+        # Job; the slice beside the suite). A run again would train anew.
+        told = f"the main machine finished with its result; {_after_the_main(pods, node_stays, judged, name)}"
+        return Classification(Outcome.SUCCEEDED, "Succeeded", told, exit_code=0), main
     if reason == "DeadlineExceeded":  # the controller deleted the ranks: they say nothing of it
-        if finished_with_result(pods.main()):
-            # The main machine finished before the deadline (one stopped by the deadline's SIGTERM is not finished):
-            # another machine lingered at torch's exit barrier past it. A run again would train anew.
-            told = f"the main machine finished with its result; Job {name} then ran past its deadline: {message}"
-            return Classification(Outcome.SUCCEEDED, "Succeeded", told, exit_code=0), pods.main()
         return Classification(Outcome.UNKNOWN, reason, f"Job {name}: {message} (activeDeadlineSeconds)"), None
     result, culprit = cause(pods, node_stays, _time(judged.get("lastTransitionTime")))
-    main = pods.main()
-    other_machine = culprit is not None and rank_of(culprit) != "0"
-    if result.outcome is not Outcome.RUNNING and other_machine and finished_with_result(main):
-        # The training finished: its main machine printed its result and exited 0 of its own accord, which it
-        # cannot do while a peer it still needs is gone or failing (its next collective fails or hangs). So the
-        # other machine ended past its last collective: lost at torch's exit barrier, or aborted as its process
-        # group was torn down (the tenth soak: "terminate called without an active exception", SIGABRT, once
-        # rank 0 had printed its result); a run again would train anew.
-        other = ((culprit or {}).get("metadata") or {}).get("name")
-        told = f"the main machine finished with its result; machine {other} then ended: {result.message}"
-        return Classification(Outcome.SUCCEEDED, "Succeeded", told, exit_code=0), main
     if result.outcome is not Outcome.RUNNING:
         return result, culprit
-    if "Failed" in conditions and finished_with_result(main):
-        # Final, no pod that was seen tells why, and the main machine finished the training: the pods as read lag
-        # the Job (a listing taken before the failing rank's end was written, a watch behind), or a cluster marks
-        # a Job failed while a rank still terminates (before Kubernetes delays the terminal condition). The slice
-        # beside the suite met it; as above, a run again would train anew.
-        told = f"the main machine finished with its result; Job {name} failed ({reason}: {message}), no pod telling why"
-        return Classification(Outcome.SUCCEEDED, "Succeeded", told, exit_code=0), main
     if "Failed" in conditions:  # final, and no pod that was seen tells why
         return Classification(Outcome.UNKNOWN, reason, f"Job {name} failed: {message}"), None
     return None  # FailureTarget: the failed rank's state is on its way
+
+
+def _after_the_main(pods: JobPods, node_stays: NodeStays, judged: Mapping[str, Any], name: str) -> str:
+    """What failed a Job whose main machine had finished, for the task log: the other machine whose end tells
+    it, else the Job's own condition."""
+    reason, message = judged.get("reason") or "Failed", judged.get("message") or ""
+    if reason == "DeadlineExceeded":
+        return f"Job {name} then ran past its deadline: {message}"
+    result, culprit = cause(pods, node_stays, _time(judged.get("lastTransitionTime")))
+    if result.outcome is not Outcome.RUNNING and culprit is not None and rank_of(culprit) != "0":
+        return f"machine {(culprit.get('metadata') or {}).get('name')} then ended: {result.message}"
+    return f"Job {name} failed ({reason}: {message}), no pod telling why"
 
 
 def stopped_rank(pods: JobPods) -> tuple[Classification, dict[str, Any]] | None:

@@ -358,7 +358,7 @@ class Injector(threading.Thread):
 
     def _batch_reclaim(self, fault: Fault, rng: random.Random) -> None:
         # Only the two Batch trainings run on Batch spot, each RUNNING for a part of its run: a reclaim waits up
-        # to BATCH_RECLAIM_WAIT for one (the slice's two reclaims at 5 s had found none, twice in ten runs).
+        # to BATCH_RECLAIM_WAIT for one (at 5 s, the slice's two found none in two runs beside the suite).
         running = self._wait_for(
             lambda: sorted(
                 (j for j in self.context.batch.jobs()

@@ -49,7 +49,11 @@ class Workload:
     #: termination message: ``classifier.finished_with_result``), even where its deletion was asked first: a
     #: training's main machine deleted by its Job's controller, once another machine failed, while it exited.
     finished: bool = False
-    finished_at: float | None = None  # when it was seen so: a success, for ``no_start_after_success`` too
+
+    @property
+    def finished_at(self) -> float | None:
+        """When a ``finished`` pod was seen ``Succeeded``: a success, for ``no_start_after_success`` too."""
+        return next((at for at, phase in self.statuses if phase == "Succeeded"), None) if self.finished else None
 
     @property
     def instance(self) -> tuple[str, str, str, int] | None:
@@ -137,7 +141,6 @@ class Observer:
                 pod.deleted = now
             if phase == "Succeeded" and not pod.finished:
                 pod.finished = finished_with_result(obj)
-                pod.finished_at = now if pod.finished else None
 
     def _on_object(self, kind: str, event: str, obj: dict[str, Any], uid: str, now: float) -> None:
         """A training's Job or Service: live from its creation until its deletion is requested. A Job its

@@ -78,13 +78,14 @@ class Runs:
         if dag_id in TRAINING:
             conf["epoch_seconds"] = self.epoch_seconds
         if dag_id in ACCELERATE:
-            conf["port"] = run_port(dag_id, sum(run["dag_id"] == dag_id for run in self.runs))
+            conf["port"] = run_port(dag_id, self._runs_of(dag_id))
         return conf
 
+    def _runs_of(self, dag_id: str) -> int:
+        return sum(run["dag_id"] == dag_id for run in self.runs)
+
     def _enough(self, dag_id: str) -> bool:
-        if dag_id not in ACCELERATE or not self.accelerate_runs:
-            return False
-        return bool(sum(run["dag_id"] == dag_id for run in self.runs) >= self.accelerate_runs)
+        return dag_id in ACCELERATE and 0 < self.accelerate_runs <= self._runs_of(dag_id)
 
     def tick(self, open_window: bool) -> None:
         stack = self.soak.stack

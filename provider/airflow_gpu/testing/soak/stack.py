@@ -134,8 +134,8 @@ def soak_stack(workdir: Path, log: Callable[[str], Any], workers: int = 2, trigg
                 "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
                 "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": str(TASK_QUEUED_TIMEOUT),
                 # Each task runs in a process forked from its Celery worker, which parses the DAG file anew: with
-                # the provider's operators imported once by the worker (Celery's ``imports``), each task skips
-                # about 0.8 CPU-seconds of importing them (docs/production.rst).
+                # the provider's operators imported once by the worker (Celery's ``imports``), no task imports
+                # them again (docs/testing.rst).
                 "AIRFLOW__CELERY__EXTRA_CELERY_CONFIG": json.dumps({"imports": list(WORKER_IMPORTS)}),
                 # Checked only every this many seconds of one scheduler's life, for the tasks it queued or
                 # adopted (Airflow 3.3): at the default 120 s, a scheduler killed about once a minute never
