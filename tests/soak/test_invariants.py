@@ -318,12 +318,19 @@ def test_a_training_result_is_judged_by_its_shape() -> None:
     done_before = {**whole, "losses": [], "start_epoch": 4, "attempt": 2}  # reclaimed after its final checkpoint
     assert training_result_problem(done_before, epochs=4) is None
     assert training_result_problem({**done_before, "attempt": 1}, epochs=4)  # a first attempt that trained nothing
+    # ...unless a later try made it: the earlier try's Job trained to the end and failed after its result line
+    # (its worker killed, its main machine reclaimed), and the retry's first Job resumed at the last epoch
+    assert training_result_problem({**done_before, "attempt": 1}, epochs=4, try_number=2) is None
+    assert training_result_problem({**done_before, "attempt": 1, "start_epoch": 5}, epochs=4, try_number=2)
     assert training_result_problem({**done_before, "start_epoch": 5}, epochs=4)  # past the last epoch
     assert training_result_problem({**whole, "losses": [0.1]}, epochs=4)  # stopped early
     assert training_result_problem({**whole, "machines": [0]}, epochs=4)  # both ranks on one machine
     assert training_result_problem(None, epochs=4) == "no result"
     verdict = invariants.training_results({KEY[:4]: None}, training_result_problem)
     assert len(verdict.violations) == 1
+    first_try_nothing = {KEY[:4]: {**done_before, "attempt": 1}}
+    assert len(invariants.training_results(first_try_nothing, training_result_problem).violations) == 1
+    assert invariants.training_results(first_try_nothing, training_result_problem, {KEY[:4]: 2}).ok
 
 
 def test_a_try_that_took_over_an_earlier_try_s_job_may_record_the_reclaims_on_it() -> None:

@@ -1,12 +1,11 @@
 """A slice of the production soak (``make soak``, docs/soak.rst): the fixed seed 2611, every fault
-kind twice in a seeded order over two minutes, on the same stack (PostgreSQL, Redis,
-CeleryExecutor with two workers, two triggerers, the emulators), judged by the same invariants.
+kind once in a seeded order over 90 s, one run of each two-machine training, on the same stack
+(PostgreSQL, Redis, CeleryExecutor with two workers, two triggerers, the emulators), judged by the
+same invariants.
 
-Marked ``soak`` and left out of ``make test`` (pyproject's addopts deselect the marker): alone it takes
-three and a half to four minutes and three to four CPU-minutes of a 2-core machine (at most two runs of each two-machine
-training, four shards, the operators imported by the Celery workers before they fork); beside the suite
-(``-n 5``), ``make test`` took 7 min 18 s (6 min 10 s without it; docs/soak.rst), past the 7-minute budget.
-Run it with ``pytest -m soak tests/soak/test_soak_slice.py``.
+In ``make test``, on a worker of its own among six (Makefile): alone it takes about three minutes and
+three CPU-minutes; with it ``make test`` took 6 min 41 s (docs/soak.rst). Run it alone with
+``pytest -m soak tests/soak/test_soak_slice.py``.
 
 Its runs (2026-11-27): at 4edce13 no Batch job ran on spot while the Batch reclaim aimed (4 s of
 RUNNING per run, and a SubmitJob reset's minute of look-up), and a deferred training's main machine
@@ -25,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from airflow_gpu.testing.soak.faults import KINDS
+from airflow_gpu.testing.soak.runner import DAGS
 
 pytestmark = [pytest.mark.soak, pytest.mark.slow]
 SEED = 2611
@@ -33,8 +33,8 @@ SEED = 2611
 def test_a_fixed_seed_slice_keeps_every_promise(tmp_path: Path) -> None:
     workdir = tmp_path / "soak"
     command = [
-        sys.executable, "-m", "airflow_gpu.testing.soak", "--seed", str(SEED), "--each", "2", "--minutes", "2",
-        "--drain-minutes", "5", "--shards", "4", "--rows", "100", "--epoch-seconds", "2", "--accelerate-runs", "2",
+        sys.executable, "-m", "airflow_gpu.testing.soak", "--seed", str(SEED), "--each", "1", "--minutes", "1.5",
+        "--drain-minutes", "4", "--shards", "4", "--rows", "100", "--epoch-seconds", "2", "--accelerate-runs", "1",
         "--grace", "15", "--workdir", str(workdir),
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=1200)
@@ -44,11 +44,11 @@ def test_a_fixed_seed_slice_keeps_every_promise(tmp_path: Path) -> None:
     assert done.returncode == 0, f"{done.stdout[-8000:]}\n(all of it: {tmp_path / 'soak-output.txt'})"
     report = json.loads((workdir / "report.json").read_text())
     assert report["seed"] == SEED
-    assert report["faults"] == 2 * len(KINDS)
+    assert report["faults"] == len(KINDS)
     # every kind was applied, not only drawn: a kind that found no target twice would prove nothing
     assert all(report["by_kind"][kind] >= 1 for kind in KINDS), report["by_kind"]
     assert not report["errors_by_kind"], report["errors_by_kind"]
     assert all(v["violations"] == 0 and v["checked"] > 0 for v in report["invariants"].values()), report["invariants"]
     assert report["forced_orphan_found"] is True
-    assert report["run_states"].get("success", 0) >= 4
+    assert report["run_states"].get("success", 0) >= len(DAGS)  # every DAG, each training once at least
     assert (workdir / "report.html").read_text().count("<svg") == 1

@@ -391,13 +391,15 @@ def training_jobs(objects: Sequence[Workload]) -> Verdict:
     return verdict
 
 
-def training_results(values: dict[tuple[str, str, str, int], Any], check: Any) -> Verdict:
-    """Each successful two-machine training's XCom is a whole training's result (``check`` returns
-    what is wrong with one, or None): its value depends on where a resumed run started, so it is
-    judged by its shape, not compared with one value."""
+def training_results(
+    values: dict[tuple[str, str, str, int], Any], check: Any, tries: dict[tuple[str, str, str, int], int] | None = None
+) -> Verdict:
+    """Each successful two-machine training's XCom is a whole training's result (``check(value,
+    try_number=...)`` returns what is wrong with one, or None; ``tries``: the try that succeeded): its
+    value depends on where a resumed run started, so it is judged by its shape, not compared with one value."""
     verdict = Verdict("training results are whole trainings", len(values))
     for instance, value in sorted(values.items()):
-        problem = check(value)
+        problem = check(value, try_number=(tries or {}).get(instance, 1))
         if problem:
             verdict.violations.append(f"{instance}: {problem}: {value!r}")
     return verdict

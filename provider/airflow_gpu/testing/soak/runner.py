@@ -162,6 +162,7 @@ def collect(soak: SoakStack, runs: list[dict[str, Any]], faults: list[Fault], ro
     expected: dict[Any, Any] = {}
     actual: dict[Any, Any] = {}
     trainings: dict[Any, Any] = {}  # the two-machine trainings' results, judged by their shape
+    training_tries: dict[Any, int] = {}  # and the try each came from
     recorded: dict[Any, int] = {}
     stuck: dict[Any, list[tuple[float, str]]] = {}
     for run in runs:
@@ -176,7 +177,7 @@ def collect(soak: SoakStack, runs: list[dict[str, Any]], faults: list[Fault], ro
             value = stack.xcom(run["dag_id"], run["run_id"], ti["task_id"], map_index=ti["map_index"])
             actual[instance] = value
             if run["dag_id"] in ACCELERATE:
-                trainings[instance] = value
+                trainings[instance], training_tries[instance] = value, ti["try_number"]
             elif ti["task_id"] == "score_shard":
                 expected[instance] = expected_shard(ti["map_index"], rows)
             else:
@@ -185,7 +186,7 @@ def collect(soak: SoakStack, runs: list[dict[str, Any]], faults: list[Fault], ro
             key = (*instance, ti["try_number"])
             recorded[key] = len(items or [])
     return {"instances": instances, "expected": expected, "actual": actual, "trainings": trainings,
-            "recorded": recorded, "stuck": stuck}  # fmt: skip
+            "training_tries": training_tries, "recorded": recorded, "stuck": stuck}  # fmt: skip
 
 
 def stuck_events(stack: Any, instance: tuple[str, str, str, int], try_number: int) -> list[tuple[float, str]]:
@@ -321,7 +322,9 @@ def main(argv: list[str] | None = None) -> int:
             invariants.no_start_after_success(observer.workloads(), faults),
             final,
             invariants.results(airflow["expected"], airflow["actual"]),
-            invariants.training_results(airflow["trainings"], soak_dags.training_result_problem),
+            invariants.training_results(
+                airflow["trainings"], soak_dags.training_result_problem, airflow["training_tries"]
+            ),
             invariants.training_jobs(observer.training_objects()),
             invariants.interruptions(
                 airflow["recorded"],

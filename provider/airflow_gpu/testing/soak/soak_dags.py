@@ -82,11 +82,14 @@ def expected_training(epochs: int = EPOCHS) -> dict[str, Any]:
     return {"epoch": epochs, "loss": round(2.5 * math.exp(-0.15 * epochs), 4)}
 
 
-def training_result_problem(value: Any, epochs: int = ACCELERATE_EPOCHS) -> str | None:
+def training_result_problem(value: Any, epochs: int = ACCELERATE_EPOCHS, try_number: int = 1) -> str | None:
     """What is wrong with a two-machine training's result, or None: both ranks on two machines, and
     the epochs from where it (re)started to the last, one loss each. A later attempt may start at the
     last epoch with nothing left to train: the attempt before it saved the final checkpoint and was
-    reclaimed before it could exit (a reclaim after its last epoch)."""
+    reclaimed before it could exit (a reclaim after its last epoch). So may a later try's first attempt
+    (``try_number``; the checkpoint is the run's, ``AIRFLOW_GPU_ATTEMPT`` counts a try's Jobs): the slice
+    killed a worker after the last epoch and reclaimed the main machine after its result line; the retry
+    replaced that failed Job, which resumed at the last epoch."""
     if not isinstance(value, dict):
         return "no result"
     if value.get("ranks") != [0, 1] or value.get("machines") != [0, 1] or value.get("world_size") != 2:
@@ -94,7 +97,7 @@ def training_result_problem(value: Any, epochs: int = ACCELERATE_EPOCHS) -> str 
     start, losses = value.get("start_epoch"), value.get("losses")
     if not isinstance(start, int) or not isinstance(losses, list) or not 0 <= start <= epochs:
         return "no start epoch or losses"
-    if start == epochs and int(value.get("attempt") or 1) < 2:
+    if start == epochs and int(value.get("attempt") or 1) < 2 and try_number < 2:
         return f"the first attempt started at the last epoch ({epochs}): nothing was trained"
     if start + len(losses) != epochs:
         return f"trained {len(losses)} epoch(s) from epoch {start}, not to epoch {epochs}"
