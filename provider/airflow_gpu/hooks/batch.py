@@ -20,12 +20,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
-import threading
 import time
 from collections.abc import Iterable, Mapping
 from functools import cached_property, partial
-from types import FrameType
 from typing import Any
 
 from airflow.sdk.exceptions import AirflowException
@@ -39,6 +36,7 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
 from airflow_gpu.accelerators.batch import instance_offers
 from airflow_gpu.accelerators.batch_queues import QueueOffer, unreadable_types
 from airflow_gpu.hooks import batch_submit
+from airflow_gpu.hooks.aws_clients import OneSessionClients
 from airflow_gpu.hooks.batch_submit import Keep, Stop, Submitted
 from airflow_gpu.utils import batch_retries, retry_deadline, supervisor_requests
 from airflow_gpu.utils.batch_logs import DEFAULT_LOG_GROUP, attempt_streams, log_group
@@ -67,7 +65,7 @@ def definition_hash(definition: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(definition, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-class GPUBatchHook(BatchClientHook):
+class GPUBatchHook(OneSessionClients, BatchClientHook):
     """``BatchClientHook`` with idempotent job definitions, batched describes and GPU queue offers."""
 
     #: The connection read in the triggerer's event loop (``for_trigger``); ``_MISSING``: there is none.
@@ -117,65 +115,6 @@ class GPUBatchHook(BatchClientHook):
         # loop), the cached wrapper serves every thread.
         hook.conn_config  # noqa: B018 (a cached property, built for its side effect)
         return hook
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._sessions: dict[str | None, Any] = {}
-        self._session_lock = threading.RLock()
-
-    def get_session(self, region_name: str | None = None, deferrable: bool = False) -> Any:
-        """One boto3 session per region for all of this hook's clients (Batch, SubmitJob's, CloudWatch Logs).
-
-        The amazon hook makes a session per client: each reads botocore's endpoint and service models
-        again (about 50 ms of CPU) and resolves the connection's credentials again (with ``role_arn``, an
-        STS AssumeRole call each). A task makes three clients. A trigger's hook is made again every
-        ``HOOK_TTL``, so rotated keys and an edited connection are still picked up.
-        """
-        if deferrable:
-            return super().get_session(region_name=region_name, deferrable=True)
-        key = region_name or self.conn_region_name  # no region: the connection's, the same session
-        with self._session_lock:
-            if key not in self._sessions:
-                self._sessions[key] = super().get_session(region_name=region_name)
-            return self._sessions[key]
-
-    def get_client_type(
-        self, region_name: str | None = None, config: Config | None = None, deferrable: bool = False
-    ) -> Any:
-        """The amazon hook's client, made one at a time: a boto3 session is not safe to make clients from
-        two threads at once (a trigger's threads share its hook)."""
-        with self._session_lock:
-            return super().get_client_type(region_name=region_name, config=config, deferrable=deferrable)
-
-    @staticmethod
-    def _find_operator_class_name(target_function_name: str) -> str | None:
-        """The class of the innermost ``target_function_name`` frame's ``self``, as the amazon hook finds
-        it for the user agent's ``Caller/``, by walking the frames instead of ``inspect.stack()``.
-
-        ``inspect.stack()`` reads every frame's source lines, and a frame without a file (``<string>``,
-        a frozen module) makes ``inspect.getmodule`` walk all of ``sys.modules``: 0.1 to 0.3 CPU-seconds
-        in a task process, paid for each client the hook creates (two or three a task). The answer is
-        the same; like the original, a frame without ``self`` raises, which ``_get_caller`` turns into
-        "Unknown".
-        """
-        frame: FrameType | None = sys._getframe(0)
-        while frame is not None:
-            if frame.f_code.co_name == target_function_name:
-                return type(frame.f_locals["self"]).__name__
-            frame = frame.f_back
-        return None
-
-    @staticmethod
-    def _find_executor_class_name() -> str | None:
-        """The last class named in the globals of the innermost frame whose module has ``BaseExecutor``, as
-        the amazon hook finds it, by walking the frames (``_find_operator_class_name`` says why)."""
-        frame: FrameType | None = sys._getframe(0)
-        while frame is not None:
-            classes: list[str] = [name for name, value in frame.f_globals.items() if isinstance(value, type)]
-            if "BaseExecutor" in classes:
-                return classes[-1]
-            frame = frame.f_back
-        return None
 
     def get_connection(self, conn_id: str) -> Any:  # type: ignore[override]
         """The prefetched connection (``for_trigger``), else Airflow's."""
