@@ -15,6 +15,7 @@ import contextlib
 import logging
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -114,44 +115,97 @@ def resume(deferred: TaskDeferred, event: dict[str, Any], context: dict[str, Any
     )  # type: ignore[arg-type]
 
 
-def reclaim_when_running(emulator: BatchEmulator, name: str, after_line: str | None = None) -> threading.Thread:
-    """A spot reclaim of the job named ``name`` once it runs (and its log stream has ``after_line``),
-    from outside the event loop."""
+def gated_result(gate: Path, python: str = sys.executable) -> list[str]:
+    """A workload that prints ``checkpoint 1``, then its result once ``gate`` exists. ``reclaim_when_running``
+    opens the gate only after the job it reclaimed has stopped: that job never finishes first, however slowly
+    a loaded machine runs the reclaimer (a fixed run time raced it), and its replacement finishes at once.
+    Exits with an error and no result if the gate stays shut for two minutes."""
+    script = (
+        "import os, sys, time\n"
+        "print('checkpoint 1', flush=True)\n"
+        "deadline = time.monotonic() + 120\n"
+        f"while not os.path.exists({str(gate)!r}):\n"
+        "    if time.monotonic() > deadline:\n"
+        "        sys.exit('the gate stayed shut')\n"
+        "    time.sleep(0.05)\n"
+        f"{RESULT}\n"
+    )
+    return [python, "-c", script]
 
-    def running() -> dict[str, Any] | None:
-        job = next((j for j in described(emulator) if j["jobName"] == name and j["status"] == "RUNNING"), None)
-        if job is None or after_line is None:
+
+class Reclaimer(threading.Thread):
+    """A spot reclaim of the job named ``name`` once it runs (and its log stream has ``after_line``), from
+    outside the event loop; then, once that job has stopped, ``then_open`` is created (``gated_result``).
+    ``finished`` waits for it and raises what went wrong in the thread, which a thread would only print."""
+
+    def __init__(self, emulator: BatchEmulator, name: str, after_line: str | None, then_open: Path | None) -> None:
+        super().__init__(daemon=True, name=f"reclaim {name}")
+        self.emulator, self.job_name, self.after_line, self.then_open = emulator, name, after_line, then_open
+        self.error: BaseException | None = None
+        self.job_id: str | None = None
+
+    def running(self) -> dict[str, Any] | None:
+        jobs = described(self.emulator)
+        job = next((j for j in jobs if j["jobName"] == self.job_name and j["status"] == "RUNNING"), None)
+        if job is None or self.after_line is None:
             return job
         stream = job["container"].get("logStreamName")
-        logs = emulator.client("logs")
+        logs = self.emulator.client("logs")
         try:
             events = logs.get_log_events(logGroupName=LOG_GROUP, logStreamName=stream, startFromHead=True)["events"]
         except logs.exceptions.ResourceNotFoundException:
             return None
-        return job if any(e["message"] == after_line for e in events) else None
+        return job if any(e["message"] == self.after_line for e in events) else None
 
-    def reclaim() -> None:
-        job = wait_for(running, 60, f"{name} to run")
-        emulator.reclaim(job["jobId"])
+    def stopped(self) -> bool:
+        (job,) = self.emulator.client("batch").describe_jobs(jobs=[self.job_id])["jobs"]
+        return job["status"] in ("SUCCEEDED", "FAILED")
 
-    thread = threading.Thread(target=reclaim, daemon=True)
-    thread.start()
-    return thread
+    def run(self) -> None:
+        try:
+            job = wait_for(self.running, 60, f"{self.job_name} to run")
+            self.emulator.reclaim(job["jobId"])
+            self.job_id = job["jobId"]
+            if self.then_open is not None:
+                wait_for(self.stopped, 60, f"the reclaimed {self.job_name} to stop")
+                self.then_open.touch()
+        except BaseException as error:  # handed to the test by finished()
+            self.error = error
+
+    def finished(self, timeout: float = 60) -> str:
+        """The reclaimed job's id, once the reclaim (and the gate) is done."""
+        self.join(timeout)
+        if self.error is not None:
+            raise AssertionError(f"the reclaim of {self.job_name} failed") from self.error
+        if self.job_id is None:
+            raise AssertionError(f"{self.job_name} was not reclaimed within {timeout} s")
+        return self.job_id
+
+
+def reclaim_when_running(
+    emulator: BatchEmulator, name: str, after_line: str | None = None, then_open: Path | None = None
+) -> Reclaimer:
+    """``Reclaimer``, started."""
+    reclaimer = Reclaimer(emulator, name, after_line, then_open)
+    reclaimer.start()
+    return reclaimer
 
 
 def test_a_reclaim_past_the_spot_budget_is_resubmitted_on_demand_by_the_trigger(
-    aws_default_connection: BatchEmulator,
+    aws_default_connection: BatchEmulator, tmp_path: Path
 ) -> None:
     """One deferral, one resume: the trigger submits the on-demand job itself, and the task comes back
     for its result only, with the interruption recorded once and the reclaimed job's output logged."""
-    emulator, ti, store = aws_default_connection, Ti(), Store()
+    emulator, ti, store, gate = aws_default_connection, Ti(), Store(), tmp_path / "gate"
     context = {"ti": ti, "task_state_store": store}
-    deferred = defer(context)
-    reclaim_when_running(emulator, "train", after_line="checkpoint 1")
+    deferred = defer(context, command=gated_result(gate))
+    reclaimer = reclaim_when_running(emulator, "train", after_line="checkpoint 1", then_open=gate)
     event = asyncio.run(first_event(trigger_of(deferred)))
     assert event["status"] == "done" and event["job_status"] == "SUCCEEDED"
-    assert resume(deferred, event, context) == {"loss": 0.25}  # no second deferral: nothing left to wait for
+    # no second deferral: nothing left to wait for
+    assert resume(deferred, event, context, command=gated_result(gate)) == {"loss": 0.25}
     jobs = described(emulator)
+    assert reclaimer.finished() == jobs[0]["jobId"]
     assert [(j["jobName"], j["jobQueue"].rsplit("/", 1)[-1], j["status"]) for j in jobs] == [
         ("train", "gpu-spot", "FAILED"),
         ("train-r1", "gpu-on-demand", "SUCCEEDED"),

@@ -123,19 +123,21 @@ def test_mark_failed_stops_the_job_through_a_burst_of_server_errors(aws_default_
 
 
 def test_a_deferred_task_rides_out_describe_errors_and_a_lost_resubmission(
-    aws_default_connection: BatchEmulator,
+    aws_default_connection: BatchEmulator, tmp_path: Path
 ) -> None:
     """In the triggerer: DescribeJobs fails in a long burst (more rounds than the trigger's ``max_errors``
     would forgive at botocore's default), then the trigger's SubmitJob of the on-demand replacement
     loses its answer. The task ends with one replacement, not two, and its result."""
     emulator, context = aws_default_connection, {"ti": Ti(), "task_state_store": Store()}
-    deferred = deferred_tests.defer(context)
+    gate = tmp_path / "gate"
+    command = deferred_tests.gated_result(gate)
+    deferred = deferred_tests.defer(context, command=command)
     lost = emulator.fail("SubmitJob", "lost")  # the next SubmitJob is the trigger's
-    reclaimer = deferred_tests.reclaim_when_running(emulator, "train", after_line="checkpoint 1")
+    reclaimer = deferred_tests.reclaim_when_running(emulator, "train", after_line="checkpoint 1", then_open=gate)
 
     async def run_trigger() -> dict[str, Any]:
         trigger = asyncio.create_task(deferred_tests.first_event(deferred_tests.trigger_of(deferred)))
-        await asyncio.to_thread(reclaimer.join, 60)  # the reclaimer reads jobs too: the burst is the trigger's
+        await asyncio.to_thread(reclaimer.finished)  # the reclaimer reads jobs too: the burst is the trigger's
         described_badly.append(emulator.fail("DescribeJobs", "server", times=30))
         return await trigger
 
@@ -143,7 +145,7 @@ def test_a_deferred_task_rides_out_describe_errors_and_a_lost_resubmission(
     event = asyncio.run(run_trigger())
     assert event["status"] == "done" and event["job_status"] == "SUCCEEDED"
     assert described_badly[0].hits == 30 and lost.hits == 1
-    assert deferred_tests.resume(deferred, event, context) == {"loss": 0.25}
+    assert deferred_tests.resume(deferred, event, context, command=command) == {"loss": 0.25}
     jobs: list[dict[str, Any]] = described(emulator)
     assert [(j["jobName"], j["status"]) for j in jobs] == [("train", "FAILED"), ("train-r1", "SUCCEEDED")]
 

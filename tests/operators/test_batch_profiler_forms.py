@@ -13,6 +13,7 @@ deferred task's form also survives the resume on another worker process, which k
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ from tests.operators.task_context import Store, Ti
 from tests.operators.test_batch_operator_deferred import (
     defer,
     first_event,
+    gated_result,
     reclaim_when_running,
     resume,
     trigger_of,
@@ -39,9 +41,6 @@ QUEUES = {"spot": "gpu-spot", "on-demand": "gpu-on-demand"}
 PYTHON_IMAGE = "gcr.io/distroless/python3-debian12:latest"
 STATIC_IMAGE = "gcr.io/distroless/static-debian12:nonroot"
 RESULT_LINE = '::airflow-gpu-result::{"loss": 0.25}\n'
-#: Long enough to be reclaimed while it runs, in an image whose python3 is the only interpreter.
-SLOW = ["python3", "-c", "import time; print('checkpoint 1', flush=True); time.sleep(6); print('" + RESULT_LINE.strip()
-        + "')"]  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -90,13 +89,14 @@ def test_a_later_try_of_an_image_without_shell_or_python_starts_unprofiled_with_
 
 
 def test_deferred_tries_keep_the_form_through_resumes_and_the_triggers_resubmission(
-    aws_default_connection: BatchEmulator,
+    aws_default_connection: BatchEmulator, tmp_path: Path
 ) -> None:
     """Try 1 defers; its job cannot start /bin/sh; a new worker process resumes, submits the python3 form and
     defers again. Try 2 starts with python3; its job is reclaimed and the trigger's replacement keeps it."""
-    emulator, store = aws_default_connection, Store()
+    emulator, store, gate = aws_default_connection, Store(), tmp_path / "gate"
     emulator.declare_image(PYTHON_IMAGE, distroless(python=True))
-    arguments: dict[str, Any] = {"image": PYTHON_IMAGE, "command": SLOW}
+    arguments: dict[str, Any] = {"image": PYTHON_IMAGE, "command": gated_result(gate, python="python3")}
+    gate.touch()  # try 1 runs to its end
     first = {"ti": Ti(1), "task_state_store": store}
     deferred = defer(first, **arguments)
     event = asyncio.run(first_event(trigger_of(deferred)))
@@ -109,11 +109,13 @@ def test_deferred_tries_keep_the_form_through_resumes_and_the_triggers_resubmiss
     assert store[FORMS_KEY] == {PYTHON_IMAGE: "python3"}
 
     second = {"ti": Ti(2, max_tries=1), "task_state_store": store}  # cleared after its success
+    gate.unlink()  # try 2's first job runs until it is reclaimed
     deferred = defer(second, **arguments)
-    reclaim_when_running(emulator, "train", after_line="checkpoint 1")
+    reclaimer = reclaim_when_running(emulator, "train", after_line="checkpoint 1", then_open=gate)
     event = asyncio.run(first_event(trigger_of(deferred)))
     assert resume(deferred, event, second, **arguments) == {"loss": 0.25}
     later = described(emulator)[2:]
+    assert reclaimer.finished() == later[0]["jobId"]
     assert [(j["jobName"], j["container"]["command"][0]) for j in later] == [("train", "python3"),
                                                                               ("train-r1", "python3")]  # fmt: skip
     assert [i["outcome"] for i in second["ti"].xcom["gpu_interruptions"]] == ["preempted"]

@@ -13,6 +13,7 @@ task state store (tests/operators/task_context.py); the jobs run on the AWS Batc
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -23,7 +24,7 @@ from airflow_gpu.operators.batch import STATE_KEY, GPUBatchOperator
 from airflow_gpu.operators.success_mark import SUCCESS_KEY
 from airflow_gpu.testing.batch.emulator import BatchEmulator
 from tests.operators.task_context import Store, Ti
-from tests.operators.test_batch_operator_deferred import reclaim_when_running
+from tests.operators.test_batch_operator_deferred import gated_result, reclaim_when_running
 from tests.operators.test_batch_operator_runs import described, operator
 from tests.operators.test_batch_takeover import operator as slow_operator
 
@@ -83,16 +84,17 @@ def test_a_retry_takes_over_the_success_a_killed_try_had_read(
 
 
 def test_the_interruptions_before_the_success_are_taken_over_with_it(
-    aws_default_connection: BatchEmulator, monkeypatch: pytest.MonkeyPatch
+    aws_default_connection: BatchEmulator, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """Try 1's job was reclaimed on spot and its on-demand replacement succeeded: try 2 publishes that one
     interruption and the on-demand queue, as try 1 would have."""
-    emulator, store = aws_default_connection, Store()
-    reclaim_when_running(emulator, "train", after_line="checkpoint 1")
-    died_after_reading(monkeypatch, store, slow_operator(deferrable=False))
+    emulator, store, gate = aws_default_connection, Store(), tmp_path / "gate"
+    reclaimer = reclaim_when_running(emulator, "train", after_line="checkpoint 1", then_open=gate)
+    died_after_reading(monkeypatch, store, slow_operator(deferrable=False, command=gated_result(gate)))
     reclaimed, replacement = described(emulator)
+    assert reclaimer.finished() == reclaimed["jobId"]
     retry = context(store, 2)
-    assert slow_operator(deferrable=False).execute(retry) == {"loss": 0.25}
+    assert slow_operator(deferrable=False, command=gated_result(gate)).execute(retry) == {"loss": 0.25}
     assert len(described(emulator)) == 2
     (interruption,) = retry["ti"].xcom["gpu_interruptions"]
     assert interruption["workload"] == reclaimed["jobId"]

@@ -5,6 +5,7 @@ the trigger runs in an event loop of this process as the triggerer runs it (``te
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from tests.operators.test_batch_operator_deferred import (
     connections_read_in_the_event_loop_only,
     defer,
     first_event,
+    gated_result,
     reclaim_when_running,
     trigger_of,
 )
@@ -27,10 +29,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fast_backoff")]
 __all__ = ["connections_read_in_the_event_loop_only"]  # autouse: no connection read outside the event loop
 
 
-def operator(deferrable: bool) -> GPUBatchOperator:
+def operator(deferrable: bool, command: list[str] = SLOW_RESULT) -> GPUBatchOperator:
     """``test_batch_operator_deferred``'s operator (the same job, spot budget 0), deferrable or not."""
     return GPUBatchOperator(
-        task_id="train", accelerator="A10G:1", command=SLOW_RESULT, job_queues=QUEUES, poll_interval=0.2,
+        task_id="train", accelerator="A10G:1", command=command, job_queues=QUEUES, poll_interval=0.2,
         awslogs_fetch_interval=0.5, log_lag=LOG_LAG, spot={"capacity_timeout": 60.0, "max_interruptions": 0},
         deferrable=deferrable,
     )  # fmt: skip
@@ -38,7 +40,7 @@ def operator(deferrable: bool) -> GPUBatchOperator:
 
 @pytest.mark.parametrize("deferrable", [True, False])
 def test_a_retry_takes_over_the_replacement_the_lost_tries_trigger_saw_succeed(
-    aws_default_connection: BatchEmulator, capfd: pytest.CaptureFixture[str], deferrable: bool
+    aws_default_connection: BatchEmulator, capfd: pytest.CaptureFixture[str], deferrable: bool, tmp_path: Path
 ) -> None:
     """Try 1 deferred; its job was reclaimed past the spot budget and the trigger submitted ``train-r1`` on
     on-demand, which succeeded; the resume was lost. The task state store still names the reclaimed ``train``
@@ -47,14 +49,17 @@ def test_a_retry_takes_over_the_replacement_the_lost_tries_trigger_saw_succeed(
     its result: no third job. Before, it submitted ``train-r1`` again for try 2, the workload's second run."""
     emulator, store = aws_default_connection, Store()
     first: dict[str, Any] = {"ti": Ti(try_number=1, max_tries=1), "task_state_store": store}
-    deferred = defer(first)  # test_batch_operator_deferred's operator: deferrable
-    reclaim_when_running(emulator, "train", after_line="checkpoint 1")
+    gate = tmp_path / "gate"
+    deferred = defer(first, command=gated_result(gate))  # test_batch_operator_deferred's operator: deferrable
+    reclaimer = reclaim_when_running(emulator, "train", after_line="checkpoint 1", then_open=gate)
     event = asyncio.run(first_event(trigger_of(deferred)))
     assert event["status"] == "done" and event["job_status"] == "SUCCEEDED"  # and the resume is lost
     ti = Ti(try_number=2, max_tries=1)
     capfd.readouterr()
-    assert operator(deferrable=deferrable).execute({"ti": ti, "task_state_store": store}) == {"loss": 0.25}
+    retry = operator(deferrable=deferrable, command=gated_result(gate))
+    assert retry.execute({"ti": ti, "task_state_store": store}) == {"loss": 0.25}
     jobs = described(emulator)
+    assert reclaimer.finished() == jobs[0]["jobId"]
     said = f"Took over job {jobs[1]['jobId']} (train-r1), which try 1's trigger submitted, instead of submitting it"
     assert said in capfd.readouterr().out  # the task log
     assert [(j["jobName"], j["status"], j["tags"]["airflow-gpu/try"]) for j in jobs] == [
