@@ -162,3 +162,32 @@ def test_clients_made_from_many_threads_at_once_are_all_made(sessions_made: list
         thread.join(timeout=60)
     assert not errors and len(made) == 8
     assert sorted(sessions_made, key=str) == ["eu-west-1", "us-east-2"]
+
+
+def test_a_role_arn_connection_assumes_its_role_once_for_all_of_a_tasks_clients(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With ``role_arn`` each boto3 session of the amazon hook calls STS ``AssumeRole`` for its credentials
+    (``SessionFactory._refresh_credentials``): one session for the Batch client, SubmitJob's and the logs
+    client means one call where a session per client made three. Counted where the calls arrive: the Batch
+    emulator's moto server, which serves STS too, keeps every role it was asked to assume."""
+    import json
+
+    from moto.sts.models import sts_backends
+
+    from airflow_gpu.testing.batch.emulator import BatchEmulator
+
+    role = "arn:aws:iam::123456789012:role/airflow-gpu-batch"
+    with BatchEmulator(stop_timeout=5) as emulator:
+        connection = emulator.airflow_connection()
+        connection["extra"] |= {"role_arn": role, "service_config": {"sts": {"endpoint_url": emulator.endpoint_url}}}
+        monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(connection))
+        assumed = sts_backends["123456789012"]["aws"].assumed_roles
+        before = len(assumed)
+        hook = GPUBatchHook(aws_conn_id="aws_default")
+        assert hook.api.describe_jobs(jobs=[])["jobs"] == []
+        assert hook._submit_api.list_jobs(jobQueue="gpu-spot")["jobSummaryList"] == []
+        hook.logs_client(logs_in(None)).describe_log_groups(limit=1)
+        assert [r.role_arn for r in assumed[before:]] == [role]  # the three clients' calls: one AssumeRole
+        hook.logs_client(logs_in("us-west-2"))  # another region: another session, its own credentials
+        assert [r.role_arn for r in assumed[before:]] == [role, role]
