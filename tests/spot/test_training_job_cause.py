@@ -9,6 +9,7 @@ failed rank adds ``FailureTarget``, then every other rank is deleted.
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -21,6 +22,10 @@ T0 = "2026-11-26T12:00:00Z"
 
 def at(seconds: int) -> str:
     return f"2026-11-26T12:{seconds // 60:02d}:{seconds % 60:02d}Z"
+
+
+def stamp(seconds: int) -> datetime:
+    return datetime.fromisoformat(at(seconds).replace("Z", "+00:00"))
 
 
 def pod(rank: int, node: str, *, exit_code: int | None = None, finished: int = 0, **extra: Any) -> dict[str, Any]:
@@ -287,3 +292,57 @@ def test_a_job_past_its_deadline_once_the_main_machine_finished_with_its_result_
     for main in (profiled_success(0, "node-a", ["SIGTERM"]), profiled_success(0, "node-a", [], result=False)):
         result, culprit = judge(main)
         assert (result.outcome, result.reason, culprit) == (Outcome.UNKNOWN, "DeadlineExceeded", None)
+
+
+def evicted(body: dict[str, Any], seconds: int, grace: int = 30) -> dict[str, Any]:
+    """A drain's eviction at ``seconds``: ``DisruptionTarget`` (``EvictionByEvictionAPI``) and the deletion."""
+    body["status"]["conditions"].append({
+        "type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+        "message": "Eviction API: evicting", "lastTransitionTime": at(seconds),
+    })  # fmt: skip
+    body["metadata"].update(deletionTimestamp=at(seconds + grace), deletionGracePeriodSeconds=grace)
+    return body
+
+
+def test_a_drained_job_waits_for_its_main_machine_which_may_still_finish_with_its_result() -> None:
+    """The sixteenth soak: a drain evicted both machines in the training's last step. Machine 1 exited 143 on the
+    SIGTERM and the controller judged the Job (``FailureTarget``) while the main machine, terminating, had not
+    ended; the trigger took the eviction for the Job's end and trained again, though the main machine printed
+    its result and exited 0 30 ms later. Its end is now waited for, within its grace period: a finished training
+    then, an eviction as before if it ends stopped or does not end by its kill deadline and a little more."""
+    machine1 = evicted(pod(1, "node-b", exit_code=143, finished=8), 8)
+
+    def judge(main: dict[str, Any], now: int, gone: bool = False, main_node_stays: bool | None = True) -> Any:
+        seen = JobPods()
+        seen.record("train-0", main, gone)
+        seen.record("train-1", machine1, False)
+        stays = {"node-a": main_node_stays, "node-b": True}
+        return job_end(failed_job(9), seen, lambda node: stays.get(node or ""), "train", now=stamp(now))
+
+    terminating = evicted(pod(0, "node-a"), 8)
+    assert judge(terminating, now=10) is None  # in its grace period: its end is on its way
+    assert judge(terminating, now=8 + 30 + 14) is None  # the kubelet's kill, and its word, may lag a little
+    result, _ = judge(terminating, now=8 + 30 + 16)  # no end shown: judged without it, as before
+    assert result.outcome is Outcome.EVICTED and result.interrupted
+    finished = profiled_success(0, "node-a", [], drained_at=8)
+    result, culprit = judge(finished, now=11)
+    assert (result.outcome, culprit["metadata"]["name"]) == (Outcome.SUCCEEDED, "train-0")
+    stopped = profiled_success(0, "node-a", ["SIGTERM"], drained_at=8, result=False)
+    result, _ = judge(stopped, now=11)
+    assert result.outcome is Outcome.EVICTED and result.interrupted
+    # nothing to wait for: a main machine the API no longer has, or one whose node is going
+    assert judge(terminating, now=10, gone=True) is not None
+    assert judge(terminating, now=10, main_node_stays=False) is not None
+
+
+def test_the_wait_for_the_main_machine_is_bounded_by_its_own_grace_period() -> None:
+    """A main machine not deleted yet when the Job was judged (the controller deletes it next) is waited for
+    its ``terminationGracePeriodSeconds`` from the judgement (30 s when its spec as read does not say)."""
+    machine1 = pod(1, "node-b", exit_code=1, finished=9)
+    seen = JobPods()
+    seen.record("train-0", pod(0, "node-a", spec={"terminationGracePeriodSeconds": 5}), False)
+    seen.record("train-1", machine1, False)
+    assert job_end(failed_job(9), seen, lambda node: True, "train", now=stamp(9 + 5 + 14)) is None
+    result, _ = job_end(failed_job(9), seen, lambda node: True, "train", now=stamp(9 + 5 + 16)) or (None, None)
+    assert result is not None and result.outcome is Outcome.APPLICATION
+    assert "node-a" in seen.nodes_to_check()  # its node's fate is asked: a node going shows no end

@@ -99,11 +99,14 @@ class JobPods:
         return mains[-1] if mains else None
 
     def nodes_to_check(self) -> set[str]:
-        """The nodes whose fate ``cause`` asks about: those of gone pods and of pods still running."""
+        """The nodes whose fate ``cause`` asks about (those of gone pods and of pods still running), and that of a
+        main machine not ended yet (``main_ending``)."""
+        main = self.main()
         return {
             node
             for name, pod in self.seen.items()
-            if (node := node_of(pod)) and (name in self.gone or classify_pod(pod).outcome is Outcome.RUNNING)
+            if (node := node_of(pod))
+            and (name in self.gone or classify_pod(pod).outcome is Outcome.RUNNING or (pod is main and not _ended(pod)))
         }
 
 
@@ -254,11 +257,11 @@ class JobEnd:
 
 
 def job_end(
-    job: Mapping[str, Any] | None, pods: JobPods, node_stays: NodeStays, name: str
+    job: Mapping[str, Any] | None, pods: JobPods, node_stays: NodeStays, name: str, now: datetime | None = None
 ) -> tuple[Classification, dict[str, Any] | None] | None:
     """How the Job ended and the pod that tells it, or None while it runs.
 
-    ``job`` is the Job as last read (None: the API no longer has it).
+    ``job`` is the Job as last read (None: the API no longer has it); ``now``: the time (default: the clock's).
     """
     if job is None:
         return Classification(Outcome.DELETED, "JobDeleted", f"Job {name} was deleted"), None
@@ -283,6 +286,8 @@ def job_end(
         # Job; the slice beside the suite). A run again would train anew.
         told = f"the main machine finished with its result; {_after_the_main(pods, node_stays, judged, name)}"
         return Classification(Outcome.SUCCEEDED, "Succeeded", told, exit_code=0), main
+    if main_ending(pods, node_stays, judged, now or datetime.now(timezone.utc)):
+        return None  # it may still finish with its result in its grace period: its end decides
     if reason == "DeadlineExceeded":  # the controller deleted the ranks: they say nothing of it
         return Classification(Outcome.UNKNOWN, reason, f"Job {name}: {message} (activeDeadlineSeconds)"), None
     result, culprit = cause(pods, node_stays, _time(judged.get("lastTransitionTime")))
@@ -291,6 +296,39 @@ def job_end(
     if "Failed" in conditions:  # final, and no pod that was seen tells why
         return Classification(Outcome.UNKNOWN, reason, f"Job {name} failed: {message}"), None
     return None  # FailureTarget: the failed rank's state is on its way
+
+
+#: How long past its kill deadline a machine's end may take to show (the kubelet's SIGKILL and status update, the
+#: watch or the next listing) before the Job is judged without it.
+END_SHOWS_WITHIN = timedelta(seconds=15)
+#: A pod's ``terminationGracePeriodSeconds`` when its spec as read does not say (the API's default).
+DEFAULT_GRACE_SECONDS = 30
+
+
+def _ended(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def main_ending(pods: JobPods, node_stays: NodeStays, judged: Mapping[str, Any], now: datetime) -> bool:
+    """Whether the Job was judged failed while its main machine has not ended yet, on a node that stays, within
+    its grace period (and ``END_SHOWS_WITHIN``) from the judgement or its deletion.
+
+    A drain evicts every machine of a Job at once: machine 1 exits 143 on the SIGTERM and the controller judges
+    the Job failed (``FailureTarget``; ``Failed`` only once no rank is terminating, from Kubernetes 1.31), while
+    the main machine, in its last step, may still print its result and exit 0 in its grace period: a finished
+    training (the sixteenth soak judged such a Job 30 ms before its main machine finished, and trained again).
+    So its end is waited for. A main machine gone from the API, or on a node that is going, shows no end."""
+    main = pods.main()
+    if main is None or _ended(main) or (main.get("metadata") or {}).get("name") in pods.gone:
+        return False
+    if node_stays(node_of(main)) is False:
+        return False
+    grace = (main.get("spec") or {}).get("terminationGracePeriodSeconds")
+    since = _time(judged.get("lastTransitionTime")) or now
+    deadline = since + timedelta(seconds=int(DEFAULT_GRACE_SECONDS if grace is None else grace))
+    if deletion := _time((main.get("metadata") or {}).get("deletionTimestamp")):
+        deadline = max(deadline, deletion)  # the kubelet's SIGKILL comes then
+    return now < deadline + END_SHOWS_WITHIN
 
 
 def _after_the_main(pods: JobPods, node_stays: NodeStays, judged: Mapping[str, Any], name: str) -> str:
