@@ -191,3 +191,17 @@ def test_a_role_arn_connection_assumes_its_role_once_for_all_of_a_tasks_clients(
         assert [r.role_arn for r in assumed[before:]] == [role]  # the three clients' calls: one AssumeRole
         hook.logs_client(logs_in("us-west-2"))  # another region: another session, its own credentials
         assert [r.role_arn for r in assumed[before:]] == [role, role]
+
+
+def test_a_connection_without_a_region_takes_boto3_s_default_region(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No region on the hook or the connection (an EKS pod's ``AWS_DEFAULT_REGION``, or ``~/.aws/config``): the
+    session is boto3's default one, and the logs client of the connection's region shares it. Keying the
+    sessions by the connection's resolved region asked the Batch client being made for its region: a
+    ``RecursionError``."""
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", "aws://key:secret@")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "ap-south-1")
+    hook = GPUBatchHook(aws_conn_id="aws_default")
+    assert hook.region_name is None
+    batch, logs = hook.api, hook.logs_client(logs_in(None))
+    assert batch.meta.region_name == logs.meta.region_name == "ap-south-1"
+    assert batch._request_signer._credentials is logs._request_signer._credentials  # one session

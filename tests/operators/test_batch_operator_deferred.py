@@ -143,6 +143,7 @@ class Reclaimer(threading.Thread):
         self.emulator, self.job_name, self.after_line, self.then_open = emulator, name, after_line, then_open
         self.error: BaseException | None = None
         self.job_id: str | None = None
+        self.reclaimed = threading.Event()  # the reclaim asked for, the job perhaps still stopping
 
     def running(self) -> dict[str, Any] | None:
         jobs = described(self.emulator)
@@ -166,6 +167,7 @@ class Reclaimer(threading.Thread):
             job = wait_for(self.running, 60, f"{self.job_name} to run")
             self.emulator.reclaim(job["jobId"])
             self.job_id = job["jobId"]
+            self.reclaimed.set()
             if self.then_open is not None:
                 wait_for(self.stopped, 60, f"the reclaimed {self.job_name} to stop")
                 self.then_open.touch()
@@ -201,11 +203,12 @@ def test_a_reclaim_past_the_spot_budget_is_resubmitted_on_demand_by_the_trigger(
     deferred = defer(context, command=gated_result(gate))
     reclaimer = reclaim_when_running(emulator, "train", after_line="checkpoint 1", then_open=gate)
     event = asyncio.run(first_event(trigger_of(deferred)))
+    reclaimed = reclaimer.finished()
     assert event["status"] == "done" and event["job_status"] == "SUCCEEDED"
     # no second deferral: nothing left to wait for
     assert resume(deferred, event, context, command=gated_result(gate)) == {"loss": 0.25}
     jobs = described(emulator)
-    assert reclaimer.finished() == jobs[0]["jobId"]
+    assert reclaimed == jobs[0]["jobId"]
     assert [(j["jobName"], j["jobQueue"].rsplit("/", 1)[-1], j["status"]) for j in jobs] == [
         ("train", "gpu-spot", "FAILED"),
         ("train-r1", "gpu-on-demand", "SUCCEEDED"),

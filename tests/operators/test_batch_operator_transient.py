@@ -137,12 +137,13 @@ def test_a_deferred_task_rides_out_describe_errors_and_a_lost_resubmission(
 
     async def run_trigger() -> dict[str, Any]:
         trigger = asyncio.create_task(deferred_tests.first_event(deferred_tests.trigger_of(deferred)))
-        await asyncio.to_thread(reclaimer.finished)  # the reclaimer reads jobs too: the burst is the trigger's
+        await asyncio.to_thread(reclaimer.reclaimed.wait, 60)  # it reads jobs too: the burst is the trigger's
         described_badly.append(emulator.fail("DescribeJobs", "server", times=30))
         return await trigger
 
     described_badly: list[Any] = []
     event = asyncio.run(run_trigger())
+    reclaimer.finished()
     assert event["status"] == "done" and event["job_status"] == "SUCCEEDED"
     assert described_badly[0].hits == 30 and lost.hits == 1
     assert deferred_tests.resume(deferred, event, context, command=command) == {"loss": 0.25}

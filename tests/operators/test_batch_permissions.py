@@ -116,10 +116,10 @@ def test_the_policy_allows_every_call_the_provider_makes_and_nothing_else(
             waiting = deferred_runs.defer(context, command=deferred_runs.gated_result(gate))
             reclaimer = deferred_runs.reclaim_when_running(batch, "train", after_line="checkpoint 1", then_open=gate)
             event = asyncio.run(deferred_runs.first_event(deferred_runs.trigger_of(waiting)))
+            reclaimer.finished()
             assert deferred_runs.resume(waiting, event, context, command=deferred_runs.gated_result(gate)) == {
                 "loss": 0.25
             }
-            reclaimer.finished()
         with emulator(monkeypatch) as batch:  # a deferral past execution_timeout terminates its job
             runs.test_a_deferral_past_execution_timeout_terminates_its_job_and_closes_the_try(batch)
         with emulator(monkeypatch):  # an ECR registry's challenge: credentials from the task's AWS connection

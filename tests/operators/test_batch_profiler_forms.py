@@ -113,9 +113,10 @@ def test_deferred_tries_keep_the_form_through_resumes_and_the_triggers_resubmiss
     deferred = defer(second, **arguments)
     reclaimer = reclaim_when_running(emulator, "train", after_line="checkpoint 1", then_open=gate)
     event = asyncio.run(first_event(trigger_of(deferred)))
+    reclaimed = reclaimer.finished()
     assert resume(deferred, event, second, **arguments) == {"loss": 0.25}
     later = described(emulator)[2:]
-    assert reclaimer.finished() == later[0]["jobId"]
+    assert reclaimed == later[0]["jobId"]
     assert [(j["jobName"], j["container"]["command"][0]) for j in later] == [("train", "python3"),
                                                                               ("train-r1", "python3")]  # fmt: skip
     assert [i["outcome"] for i in second["ti"].xcom["gpu_interruptions"]] == ["preempted"]

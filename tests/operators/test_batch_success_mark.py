@@ -91,8 +91,9 @@ def test_the_interruptions_before_the_success_are_taken_over_with_it(
     emulator, store, gate = aws_default_connection, Store(), tmp_path / "gate"
     reclaimer = reclaim_when_running(emulator, "train", after_line="checkpoint 1", then_open=gate)
     died_after_reading(monkeypatch, store, slow_operator(deferrable=False, command=gated_result(gate)))
+    reclaimed_id = reclaimer.finished()
     reclaimed, replacement = described(emulator)
-    assert reclaimer.finished() == reclaimed["jobId"]
+    assert reclaimed_id == reclaimed["jobId"]
     retry = context(store, 2)
     assert slow_operator(deferrable=False, command=gated_result(gate)).execute(retry) == {"loss": 0.25}
     assert len(described(emulator)) == 2

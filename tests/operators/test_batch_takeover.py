@@ -53,13 +53,14 @@ def test_a_retry_takes_over_the_replacement_the_lost_tries_trigger_saw_succeed(
     deferred = defer(first, command=gated_result(gate))  # test_batch_operator_deferred's operator: deferrable
     reclaimer = reclaim_when_running(emulator, "train", after_line="checkpoint 1", then_open=gate)
     event = asyncio.run(first_event(trigger_of(deferred)))
+    reclaimed = reclaimer.finished()
     assert event["status"] == "done" and event["job_status"] == "SUCCEEDED"  # and the resume is lost
     ti = Ti(try_number=2, max_tries=1)
     capfd.readouterr()
     retry = operator(deferrable=deferrable, command=gated_result(gate))
     assert retry.execute({"ti": ti, "task_state_store": store}) == {"loss": 0.25}
     jobs = described(emulator)
-    assert reclaimer.finished() == jobs[0]["jobId"]
+    assert reclaimed == jobs[0]["jobId"]
     said = f"Took over job {jobs[1]['jobId']} (train-r1), which try 1's trigger submitted, instead of submitting it"
     assert said in capfd.readouterr().out  # the task log
     assert [(j["jobName"], j["status"], j["tags"]["airflow-gpu/try"]) for j in jobs] == [

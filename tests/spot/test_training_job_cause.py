@@ -305,44 +305,57 @@ def evicted(body: dict[str, Any], seconds: int, grace: int = 30) -> dict[str, An
 
 
 def test_a_drained_job_waits_for_its_main_machine_which_may_still_finish_with_its_result() -> None:
-    """The sixteenth soak: a drain evicted both machines in the training's last step. Machine 1 exited 143 on the
-    SIGTERM and the controller judged the Job (``FailureTarget``) while the main machine, terminating, had not
-    ended; the trigger took the eviction for the Job's end and trained again, though the main machine printed
-    its result and exited 0 30 ms later. Its end is now waited for, within its grace period: a finished training
-    then, an eviction as before if it ends stopped or does not end by its kill deadline and a little more."""
+    """The sixteenth soak: a drain (its nodes cordoned) evicted both machines in the training's last step.
+    Machine 1 exited 143 on the SIGTERM and the controller judged the Job while the main machine, terminating,
+    had not ended; the trigger took the eviction for the Job's end and trained again, though the main machine
+    printed its result and exited 0 30 ms later. Its end is now waited for until its kill deadline (the
+    eviction's ``deletionTimestamp``) and a little more, on a cordoned node too: a finished training then, an
+    eviction as before if it ends stopped or shows no end in time. The same on a cluster before Kubernetes 1.31,
+    which sets ``Failed`` at once rather than ``FailureTarget`` first."""
     machine1 = evicted(pod(1, "node-b", exit_code=143, finished=8), 8)
 
-    def judge(main: dict[str, Any], now: int, gone: bool = False, main_node_stays: bool | None = True) -> Any:
+    def judge(main: dict[str, Any], now: int, job: dict[str, Any] | None = None, gone: bool = False) -> Any:
         seen = JobPods()
         seen.record("train-0", main, gone)
         seen.record("train-1", machine1, False)
-        stays = {"node-a": main_node_stays, "node-b": True}
-        return job_end(failed_job(9), seen, lambda node: stays.get(node or ""), "train", now=stamp(now))
+        cordoned = {"node-a": False, "node-b": False}  # node_stays: a drained node is "going"
+        return job_end(job or failed_job(9), seen, lambda node: cordoned.get(node or ""), "train", now=stamp(now))
 
-    terminating = evicted(pod(0, "node-a"), 8)
-    assert judge(terminating, now=10) is None  # in its grace period: its end is on its way
-    assert judge(terminating, now=8 + 30 + 14) is None  # the kubelet's kill, and its word, may lag a little
-    result, _ = judge(terminating, now=8 + 30 + 16)  # no end shown: judged without it, as before
-    assert result.outcome is Outcome.EVICTED and result.interrupted
+    terminating = evicted(pod(0, "node-a"), 8)  # deletionTimestamp at 38 s
+    before_1_31 = judged_job("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit")
+    for job in (failed_job(9), before_1_31):
+        assert judge(terminating, now=10, job=job) is None  # in its grace period: its end is on its way
+        assert judge(terminating, now=38 + 14, job=job) is None  # the kubelet's kill, and its word, may lag
+        result, _ = judge(terminating, now=38 + 16, job=job)  # no end shown: judged without it, as before
+        assert result.outcome is Outcome.EVICTED and result.interrupted
     finished = profiled_success(0, "node-a", [], drained_at=8)
     result, culprit = judge(finished, now=11)
     assert (result.outcome, culprit["metadata"]["name"]) == (Outcome.SUCCEEDED, "train-0")
     stopped = profiled_success(0, "node-a", ["SIGTERM"], drained_at=8, result=False)
     result, _ = judge(stopped, now=11)
     assert result.outcome is Outcome.EVICTED and result.interrupted
-    # nothing to wait for: a main machine the API no longer has, or one whose node is going
-    assert judge(terminating, now=10, gone=True) is not None
-    assert judge(terminating, now=10, main_node_stays=False) is not None
+    assert judge(terminating, now=10, gone=True) is not None  # a main machine the API no longer has: no end
 
 
-def test_the_wait_for_the_main_machine_is_bounded_by_its_own_grace_period() -> None:
-    """A main machine not deleted yet when the Job was judged (the controller deletes it next) is waited for
-    its ``terminationGracePeriodSeconds`` from the judgement (30 s when its spec as read does not say)."""
-    machine1 = pod(1, "node-b", exit_code=1, finished=9)
-    seen = JobPods()
-    seen.record("train-0", pod(0, "node-a", spec={"terminationGracePeriodSeconds": 5}), False)
-    seen.record("train-1", machine1, False)
-    assert job_end(failed_job(9), seen, lambda node: True, "train", now=stamp(9 + 5 + 14)) is None
-    result, _ = job_end(failed_job(9), seen, lambda node: True, "train", now=stamp(9 + 5 + 16)) or (None, None)
-    assert result is not None and result.outcome is Outcome.APPLICATION
-    assert "node-a" in seen.nodes_to_check()  # its node's fate is asked: a node going shows no end
+def test_the_wait_for_the_main_machine_is_bounded_by_its_grace_period_or_its_kill_deadline() -> None:
+    """A main machine not deleted yet when the Job was judged (the controller deletes it next) is waited for its
+    ``terminationGracePeriodSeconds`` from the judgement (30 s when its spec as read does not say); one whose kill
+    deadline (``deletionTimestamp``) is later, until that. Without a time to count from, not at all."""
+    failed = pod(1, "node-b", exit_code=1, finished=9)
+
+    def judge(main: dict[str, Any], now: int, job: dict[str, Any] | None = None) -> Any:
+        seen = JobPods()
+        seen.record("train-0", main, False)
+        seen.record("train-1", failed, False)
+        return job_end(failed_job(9) if job is None else job, seen, lambda node: True, "train", now=stamp(now))
+
+    short = pod(0, "node-a", spec={"terminationGracePeriodSeconds": 5})
+    assert judge(short, now=9 + 5 + 14) is None
+    assert judge(short, now=9 + 5 + 16)[0].outcome is Outcome.APPLICATION
+    unsaid = pod(0, "node-a")  # no terminationGracePeriodSeconds in the pod as read: the API's default, 30 s
+    assert judge(unsaid, now=9 + 30 + 14) is None and judge(unsaid, now=9 + 30 + 16) is not None
+    late = deleted_by_controller(pod(0, "node-a", spec={"terminationGracePeriodSeconds": 5}), asked=9, grace=120)
+    assert judge(late, now=9 + 120 + 14) is None and judge(late, now=9 + 120 + 16) is not None
+    untimed = failed_job(9)
+    del untimed["status"]["conditions"][0]["lastTransitionTime"]
+    assert judge(pod(0, "node-a"), now=10, job=untimed) is not None  # nothing to count from: judged at once

@@ -43,10 +43,16 @@ class OneSessionClients(_Hook):
         """
         if deferrable:
             return super().get_session(region_name=region_name, deferrable=True)
-        key = region_name or self.conn_region_name  # no region: the connection's, the same session
+        # The region asked for, else the hook's or its connection's; with none, boto3's default (the environment,
+        # ~/.aws/config), known once that session exists. Not ``conn_region_name``: it asks the Batch client,
+        # which may be the client being made (a RecursionError).
+        key = region_name or self.region_name
         with self._session_lock:
             if key not in self._sessions:
-                self._sessions[key] = super().get_session(region_name=region_name)
+                session = super().get_session(region_name=region_name)
+                self._sessions[key] = session
+                if key is None and session.region_name:  # the logs client asks for that region by name
+                    self._sessions.setdefault(session.region_name, session)
             return self._sessions[key]
 
     def get_client_type(

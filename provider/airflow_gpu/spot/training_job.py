@@ -99,14 +99,11 @@ class JobPods:
         return mains[-1] if mains else None
 
     def nodes_to_check(self) -> set[str]:
-        """The nodes whose fate ``cause`` asks about (those of gone pods and of pods still running), and that of a
-        main machine not ended yet (``main_ending``)."""
-        main = self.main()
+        """The nodes whose fate ``cause`` asks about: those of gone pods and of pods still running."""
         return {
             node
             for name, pod in self.seen.items()
-            if (node := node_of(pod))
-            and (name in self.gone or classify_pod(pod).outcome is Outcome.RUNNING or (pod is main and not _ended(pod)))
+            if (node := node_of(pod)) and (name in self.gone or classify_pod(pod).outcome is Outcome.RUNNING)
         }
 
 
@@ -286,7 +283,7 @@ def job_end(
         # Job; the slice beside the suite). A run again would train anew.
         told = f"the main machine finished with its result; {_after_the_main(pods, node_stays, judged, name)}"
         return Classification(Outcome.SUCCEEDED, "Succeeded", told, exit_code=0), main
-    if main_ending(pods, node_stays, judged, now or datetime.now(timezone.utc)):
+    if main_ending(pods, judged, now or datetime.now(timezone.utc)):
         return None  # it may still finish with its result in its grace period: its end decides
     if reason == "DeadlineExceeded":  # the controller deleted the ranks: they say nothing of it
         return Classification(Outcome.UNKNOWN, reason, f"Job {name}: {message} (activeDeadlineSeconds)"), None
@@ -309,26 +306,28 @@ def _ended(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
-def main_ending(pods: JobPods, node_stays: NodeStays, judged: Mapping[str, Any], now: datetime) -> bool:
-    """Whether the Job was judged failed while its main machine has not ended yet, on a node that stays, within
-    its grace period (and ``END_SHOWS_WITHIN``) from the judgement or its deletion.
+def main_ending(pods: JobPods, judged: Mapping[str, Any], now: datetime) -> bool:
+    """Whether the Job was judged failed while its main machine has not ended yet, within that machine's grace
+    period from the judgement (or its kill deadline, ``deletionTimestamp``, if later) and ``END_SHOWS_WITHIN``.
 
     A drain evicts every machine of a Job at once: machine 1 exits 143 on the SIGTERM and the controller judges
-    the Job failed (``FailureTarget``; ``Failed`` only once no rank is terminating, from Kubernetes 1.31), while
-    the main machine, in its last step, may still print its result and exit 0 in its grace period: a finished
-    training (the sixteenth soak judged such a Job 30 ms before its main machine finished, and trained again).
-    So its end is waited for. A main machine gone from the API, or on a node that is going, shows no end."""
+    the Job failed (``FailureTarget``, and ``Failed`` only once no machine is terminating, from Kubernetes 1.31;
+    ``Failed`` at once before), while the main machine, in its last step, may still print its result and exit 0
+    in its grace period: a finished training (the sixteenth soak judged such a Job 30 ms before its main machine
+    finished, and trained again). So its end is waited for, whatever its node's fate: a drained node is cordoned
+    but its kubelet still reports. A main machine gone from the API shows no end; one on a node lost without a
+    word is failed by the pod garbage collector when the node object goes, else waited for until the bound.
+    Without a time to count from (no condition time, no deletion), nothing is waited for."""
     main = pods.main()
     if main is None or _ended(main) or (main.get("metadata") or {}).get("name") in pods.gone:
         return False
-    if node_stays(node_of(main)) is False:
-        return False
     grace = (main.get("spec") or {}).get("terminationGracePeriodSeconds")
-    since = _time(judged.get("lastTransitionTime")) or now
-    deadline = since + timedelta(seconds=int(DEFAULT_GRACE_SECONDS if grace is None else grace))
+    deadlines = []
+    if judged_at := _time(judged.get("lastTransitionTime")):
+        deadlines.append(judged_at + timedelta(seconds=int(DEFAULT_GRACE_SECONDS if grace is None else grace)))
     if deletion := _time((main.get("metadata") or {}).get("deletionTimestamp")):
-        deadline = max(deadline, deletion)  # the kubelet's SIGKILL comes then
-    return now < deadline + END_SHOWS_WITHIN
+        deadlines.append(deletion)  # when the kubelet's SIGKILL comes
+    return bool(deadlines) and now < max(deadlines) + END_SHOWS_WITHIN
 
 
 def _after_the_main(pods: JobPods, node_stays: NodeStays, judged: Mapping[str, Any], name: str) -> str:
