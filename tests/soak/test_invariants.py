@@ -352,12 +352,36 @@ def test_an_ended_pod_still_held_is_the_reaper_s_to_let_go_not_a_live_orphan() -
     live = {"name": "shard-2", "status": "Running"}
     only_held = json.dumps({"orphans": [held]})
     assert invariants.held_by_reap(only_held) == ["shard-1"]
-    assert invariants.no_orphans([], only_held, 1).ok
+    assert invariants.no_orphans([], only_held, 1)[0].ok
     both = json.dumps({"orphans": [held, live]})
-    verdict = invariants.no_orphans([], both, 2)
+    verdict, _ = invariants.no_orphans([], both, 2)
     assert not verdict.ok and "1 live orphan(s)" in verdict.violations[0]
     assert invariants.held_by_reap("reap exited 2: ...") == []
-    assert not invariants.no_orphans([], "reap exited 2: ...", -1).ok  # a reap that failed is no pass
+    assert not invariants.no_orphans([], "reap exited 2: ...", -1)[0].ok  # a reap that failed is no pass
+
+
+def test_what_a_mark_left_while_the_trigger_ran_nowhere_is_the_reaper_s_when_it_finds_it() -> None:
+    """The seventeenth soak: a trigger replacing a training Job created the next Job's Service, then its
+    triggerer was killed; 22 s later, before another triggerer took the trigger (Airflow waits 30 s), a person
+    marked the deferred task failed. No code of the provider runs then, so the Service stayed: allowed when the
+    reaper finds it, and not when the trigger wrote after the kill, the kill came long before the mark, the
+    task was running rather than deferred, or the mark was on another try."""
+    import json
+
+    service = Workload("service", "train-r1", KEY, 100.0)
+    kill = Fault(1, 100.5, "kill_triggerer", "triggerer-1")
+    mark = Fault(2, 122.0, "mark_failed", detail="was deferred", key=KEY, instance=KEY[:4])
+    reaped = json.dumps({"orphans": [{"name": "service/train-r1", "status": "no Job"}]})
+    verdict, stranded = invariants.no_orphans([service], reaped, 1, [kill, mark], {KEY: 100.1})
+    assert verdict.ok and len(stranded) == 1 and "left by #2 mark_failed" in stranded[0]
+    assert not invariants.no_orphans([service], json.dumps({"orphans": []}), 0, [kill, mark], {KEY: 100.1})[0].ok
+    assert not invariants.no_orphans([service], reaped, 1, [kill, mark], {KEY: 101.0})[0].ok  # it ran on
+    early = Fault(1, 90.0, "kill_triggerer", "triggerer-1")  # 32 s before the mark: another triggerer took it
+    assert not invariants.no_orphans([service], reaped, 1, [early, mark], {KEY: 80.0})[0].ok
+    running = Fault(2, 122.0, "mark_failed", detail="was running", key=KEY, instance=KEY[:4])
+    assert not invariants.no_orphans([service], reaped, 1, [kill, running], {KEY: 100.1})[0].ok
+    other_try = Fault(2, 122.0, "mark_failed", detail="was deferred", key=(*KEY[:4], 2), instance=KEY[:4])
+    assert not invariants.no_orphans([service], reaped, 1, [kill, other_try], {KEY: 100.1})[0].ok
 
 
 def test_a_judged_training_job_and_its_service_are_not_live() -> None:

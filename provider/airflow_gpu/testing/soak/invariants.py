@@ -102,19 +102,66 @@ def one_live_per_try(workloads: Iterable[Workload]) -> Verdict:
     return verdict
 
 
-def no_orphans(live_at_end: Sequence[Workload], reap_output: str, reap_found: int) -> Verdict:
+def no_orphans(
+    live_at_end: Sequence[Workload],
+    reap_output: str,
+    reap_found: int,
+    faults: Sequence[Fault] = (),
+    trigger_seen: Mapping[TryKey, float] | None = None,
+) -> tuple[Verdict, list[str]]:
     """Nothing of the soak's (pod, Batch job, training Job or Service) is live once every run has
     ended and the grace period passed, and ``airflow-gpu reap`` agrees. A pod the provider's finalizer
     still holds once it ended (``utils.end_hold``: its try died before it let go) runs nothing: it is
-    the reaper's to let go (``held_by_reap``), not an orphan."""
+    the reaper's to let go (``held_by_reap``), not an orphan. Nor is what a mark left while the try's trigger
+    ran nowhere (``stranded_by_a_mark``), when the reaper finds it; returned apart, with the mark that left it."""
     verdict = Verdict("no pod/job alive after its task ended", len(live_at_end) + 1)
+    reaped = {name.rsplit("/", 1)[-1] for name in reaped_names(reap_output)}
+    stranded: list[str] = []
     for w in live_at_end:
         last = w.statuses[-1][1] if w.statuses else "?"
+        mark = stranded_by_a_mark(w, faults, trigger_seen or {})
+        if mark is not None and w.name in reaped:
+            stranded.append(f"{w.backend} {w.name} of {w.key}: left by #{mark.number} {mark.kind}, found by reap")
+            continue
         verdict.violations.append(f"{w.backend} {w.name} of {w.key} still live ({last})")
-    live = reap_found - len(held_by_reap(reap_output))
+    live = reap_found - len(held_by_reap(reap_output)) - len(stranded)
     if live:
         verdict.violations.append(f"airflow-gpu reap found {live} live orphan(s):\n{reap_output}")
-    return verdict
+    return verdict, stranded
+
+
+#: Airflow's ``[triggerer] triggerer_health_check_threshold`` (its default, the soak's): how long the triggers of a
+#: killed triggerer wait before another triggerer takes them.
+TRIGGER_REASSIGN_SECONDS = 30.0
+
+
+def stranded_by_a_mark(w: Workload, faults: Sequence[Fault], trigger_seen: Mapping[TryKey, float]) -> Fault | None:
+    """The Mark Failed or Mark Success that left ``w`` behind while its try's trigger ran nowhere: the try was
+    deferred, a triggerer was killed at most ``TRIGGER_REASSIGN_SECONDS`` before the mark, and the try's trigger
+    wrote nothing from that kill on. Airflow then runs no code of the provider for the try (no trigger to cancel,
+    no task process): production notes, "A deferred task marked failed before any triggerer picked up its
+    trigger". The reaper's to find; the seventeenth soak's Service of a replacement Job its killed trigger had
+    not created yet."""
+    if w.key is None:
+        return None
+    kills = [f.at for f in faults if f.kind == "kill_triggerer" and f.outcome == "injected"]
+    for mark in faults:
+        if mark.kind not in ("mark_failed", "mark_success") or mark.outcome != "injected" or mark.key != w.key:
+            continue
+        if mark.detail != "was deferred":
+            continue
+        if any(mark.at - TRIGGER_REASSIGN_SECONDS <= k <= mark.at and trigger_seen.get(w.key, 0.0) < k for k in kills):
+            return mark
+    return None
+
+
+def reaped_names(reap_output: str) -> list[str]:
+    """The names ``airflow-gpu reap --output json`` found (``service/<name>`` for a Service)."""
+    try:
+        orphans = json.loads(reap_output).get("orphans") or []
+    except (ValueError, AttributeError):
+        return []
+    return [str(o.get("name")) for o in orphans]
 
 
 def held_by_reap(reap_output: str) -> list[str]:

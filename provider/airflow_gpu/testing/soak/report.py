@@ -65,6 +65,9 @@ def text(report: dict[str, Any], verdicts: Sequence[Verdict]) -> str:
     held = report.get("held_released_by_reap") or []
     lines.append(f"ended pods still held by the provider's finalizer, let go by airflow-gpu reap: {len(held)}"
                  + (f" ({', '.join(held)})" if held else ""))  # fmt: skip
+    stranded = report.get("stranded_by_a_mark") or []
+    lines.append(f"left by a mark while the try's trigger ran nowhere (Airflow's gap), found by reap: {len(stranded)}")
+    lines += [f"  {line}" for line in stranded]
     lines.append("invariants:")
     for v in verdicts:
         lines.append(f"  {'ok ' if v.ok else 'BAD'} {v.name}: {v.checked} checked, {len(v.violations)} violation(s)")

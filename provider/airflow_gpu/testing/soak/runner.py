@@ -37,6 +37,7 @@ from airflow_gpu.testing.soak.soak_dags import (
     expected_shard,
 )
 from airflow_gpu.testing.soak.stack import PASSWORD, TASK_QUEUED_TIMEOUT, SoakStack, Supervisor, soak_stack
+from airflow_gpu.testing.soak.trigger_logs import last_trigger_lines
 
 MAX_MINUTES = 30.0
 FINISHED = ("success", "failed")
@@ -313,12 +314,16 @@ def main(argv: list[str] | None = None) -> int:
         _, forced_output = reap(soak, delete=True) if orphan else (0, "")
         forced_ok = orphan is not None and orphan in forced_output
         bound = args.drain_minutes * 60 + minutes * 60
+        orphans, stranded = invariants.no_orphans(
+            [*live_pods, *live_jobs, *live_objects], reap_output, reap_found, faults,
+            last_trigger_lines(soak.stack.home / "logs"),
+        )  # fmt: skip
         final, tally = invariants.final_states(
             airflow["instances"], faults, RETRIES, airflow["stuck"], TASK_QUEUED_TIMEOUT
         )
         verdicts = [
             invariants.one_live_per_try(observer.workloads()),
-            invariants.no_orphans([*live_pods, *live_jobs, *live_objects], reap_output, reap_found),
+            orphans,
             invariants.no_start_after_success(observer.workloads(), faults),
             final,
             invariants.results(airflow["expected"], airflow["actual"]),
@@ -353,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
             "supervisor_restarts": len(supervisor.restarts),
             "forced_orphan_found": forced_ok,
             "held_released_by_reap": invariants.held_by_reap(reap_output),
+            "stranded_by_a_mark": stranded,
             "bound_seconds": bound,
         }
         report = summary(seed, replay, faults, verdicts, figures)
