@@ -339,8 +339,9 @@ def test_a_drained_job_waits_for_its_main_machine_which_may_still_finish_with_it
 
 def test_the_wait_for_the_main_machine_is_bounded_by_its_grace_period_or_its_kill_deadline() -> None:
     """A main machine not deleted yet when the Job was judged (the controller deletes it next) is waited for its
-    ``terminationGracePeriodSeconds`` from the judgement (30 s when its spec as read does not say); one whose kill
-    deadline (``deletionTimestamp``) is later, until that. Without a time to count from, not at all."""
+    ``terminationGracePeriodSeconds`` from the judgement (30 s when its spec as read does not say); a deleted one
+    until its kill deadline (``deletionTimestamp``), earlier or later than that. Without a time to count from, not
+    at all."""
     failed = pod(1, "node-b", exit_code=1, finished=9)
 
     def judge(main: dict[str, Any], now: int, job: dict[str, Any] | None = None) -> Any:
@@ -356,6 +357,8 @@ def test_the_wait_for_the_main_machine_is_bounded_by_its_grace_period_or_its_kil
     assert judge(unsaid, now=9 + 30 + 14) is None and judge(unsaid, now=9 + 30 + 16) is not None
     late = deleted_by_controller(pod(0, "node-a", spec={"terminationGracePeriodSeconds": 5}), asked=9, grace=120)
     assert judge(late, now=9 + 120 + 14) is None and judge(late, now=9 + 120 + 16) is not None
+    drained = evicted(pod(0, "node-a", spec={"terminationGracePeriodSeconds": 3600}), 8, grace=10)  # --grace-period
+    assert judge(drained, now=18 + 14) is None and judge(drained, now=18 + 16) is not None  # the kill, not the spec
     untimed = failed_job(9)
     del untimed["status"]["conditions"][0]["lastTransitionTime"]
     assert judge(pod(0, "node-a"), now=10, job=untimed) is not None  # nothing to count from: judged at once

@@ -307,8 +307,8 @@ def _ended(pod: Mapping[str, Any]) -> bool:
 
 
 def main_ending(pods: JobPods, judged: Mapping[str, Any], now: datetime) -> bool:
-    """Whether the Job was judged failed while its main machine has not ended yet, within that machine's grace
-    period from the judgement (or its kill deadline, ``deletionTimestamp``, if later) and ``END_SHOWS_WITHIN``.
+    """Whether the Job was judged failed while its main machine has not ended yet, before its kill deadline (or,
+    not deleted yet, its grace period from the judgement) and ``END_SHOWS_WITHIN``.
 
     A drain evicts every machine of a Job at once: machine 1 exits 143 on the SIGTERM and the controller judges
     the Job failed (``FailureTarget``, and ``Failed`` only once no machine is terminating, from Kubernetes 1.31;
@@ -316,18 +316,19 @@ def main_ending(pods: JobPods, judged: Mapping[str, Any], now: datetime) -> bool
     in its grace period: a finished training (the sixteenth soak judged such a Job 30 ms before its main machine
     finished, and trained again). So its end is waited for, whatever its node's fate: a drained node is cordoned
     but its kubelet still reports. A main machine gone from the API shows no end; one on a node lost without a
-    word is failed by the pod garbage collector when the node object goes, else waited for until the bound.
-    Without a time to count from (no condition time, no deletion), nothing is waited for."""
+    word is failed by the pod garbage collector when the node object goes, else waited for until the bound; the
+    Job's replacement waits for such a pod anyway (the old Job must be gone first), so the wait adds little.
+    The bound is the pod's kill deadline (``deletionTimestamp``), else, not deleted yet, its grace period from the
+    judgement. Without a time to count from, nothing is waited for. The times are the API server's, ``now`` the
+    caller's: a skewed clock moves the bound by its skew."""
     main = pods.main()
     if main is None or _ended(main) or (main.get("metadata") or {}).get("name") in pods.gone:
         return False
-    grace = (main.get("spec") or {}).get("terminationGracePeriodSeconds")
-    deadlines = []
-    if judged_at := _time(judged.get("lastTransitionTime")):
-        deadlines.append(judged_at + timedelta(seconds=int(DEFAULT_GRACE_SECONDS if grace is None else grace)))
-    if deletion := _time((main.get("metadata") or {}).get("deletionTimestamp")):
-        deadlines.append(deletion)  # when the kubelet's SIGKILL comes
-    return bool(deadlines) and now < max(deadlines) + END_SHOWS_WITHIN
+    deadline = _time((main.get("metadata") or {}).get("deletionTimestamp"))  # the kubelet's SIGKILL comes then
+    if deadline is None and (judged_at := _time(judged.get("lastTransitionTime"))):  # its deletion is next
+        grace = (main.get("spec") or {}).get("terminationGracePeriodSeconds")
+        deadline = judged_at + timedelta(seconds=int(DEFAULT_GRACE_SECONDS if grace is None else grace))
+    return deadline is not None and now < deadline + END_SHOWS_WITHIN
 
 
 def _after_the_main(pods: JobPods, node_stays: NodeStays, judged: Mapping[str, Any], name: str) -> str:

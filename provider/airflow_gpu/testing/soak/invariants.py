@@ -141,7 +141,8 @@ def stranded_by_a_mark(w: Workload, faults: Sequence[Fault], trigger_seen: Mappi
     wrote nothing from that kill on. Airflow then runs no code of the provider for the try (no trigger to cancel,
     no task process): production notes, "A deferred task marked failed before any triggerer picked up its
     trigger". The reaper's to find; the seventeenth soak's Service of a replacement Job its killed trigger had
-    not created yet."""
+    not created yet. A limit: it does not tell which triggerer ran the trigger, so the kill of the other one
+    counts too; the trigger log's silence since the kill and the reaper's finding are the guards."""
     if w.key is None:
         return None
     kills = [f.at for f in faults if f.kind == "kill_triggerer" and f.outcome == "injected"]
