@@ -127,7 +127,7 @@ def gated_result(gate: Path, python: str = sys.executable) -> list[str]:
         f"while not os.path.exists({str(gate)!r}):\n"
         "    if time.monotonic() > deadline:\n"
         "        sys.exit('the gate stayed shut')\n"
-        "    time.sleep(0.05)\n"
+        "    time.sleep(0.05)\n"  # the interval of its wait on the gate file, an observable state
         f"{RESULT}\n"
     )
     return [python, "-c", script]

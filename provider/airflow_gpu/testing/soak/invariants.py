@@ -156,22 +156,23 @@ def stranded_by_a_mark(w: Workload, faults: Sequence[Fault], trigger_seen: Mappi
     return None
 
 
-def reaped_names(reap_output: str) -> list[str]:
-    """The names ``airflow-gpu reap --output json`` found (``service/<name>`` for a Service)."""
+def reaped(reap_output: str) -> list[dict[str, Any]]:
+    """What ``airflow-gpu reap --output json`` found; nothing when its output is not that (a reap that failed)."""
     try:
         orphans = json.loads(reap_output).get("orphans") or []
     except (ValueError, AttributeError):
         return []
-    return [str(o.get("name")) for o in orphans]
+    return [o for o in orphans if isinstance(o, dict)]
+
+
+def reaped_names(reap_output: str) -> list[str]:
+    """The names the reaper found (``service/<name>`` for a Service)."""
+    return [str(o.get("name")) for o in reaped(reap_output)]
 
 
 def held_by_reap(reap_output: str) -> list[str]:
-    """The ended pods ``airflow-gpu reap --output json`` found held (``utils.end_hold``), by name."""
-    try:
-        orphans = json.loads(reap_output).get("orphans") or []
-    except (ValueError, AttributeError):
-        return []
-    return [str(o.get("name")) for o in orphans if "held" in str(o.get("status"))]
+    """The ended pods the reaper found held (``utils.end_hold``), by name."""
+    return [str(o.get("name")) for o in reaped(reap_output) if "held" in str(o.get("status"))]
 
 
 def no_start_after_success(workloads: Iterable[Workload], faults: Sequence[Fault]) -> Verdict:
