@@ -21,7 +21,8 @@ Jobs and Services are named per task try and submission (``<name>-<digest>[-r<N>
 with ``propagationPolicy: Foreground`` (the API's default for a Job is to orphan its pods) at the
 end, on failure and on kill. A new try after a worker crash takes over the Job an earlier try left
 running (``reattach_on_restart``, KPO's argument, on by default), or deletes it
-(``training_job_reattach``). Any other exception that leaves ``execute`` (an API server down past
+(``training_job_reattach``); a retry after a try that read the training's success and then died takes
+that success over (``training_success``). Any other exception that leaves ``execute`` (an API server down past
 the retry budget, a bug) deletes the try's Job and Service, as KPO's ``cleanup()`` does for its
 pod, unless the next try would take the running Job over (``retry_handover``: a retry comes,
 reattach is on, the run is still open); Jobs also carry ``ttlSecondsAfterFinished``
@@ -44,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_gpu.operators import orphaned_try
+from airflow_gpu.operators import orphaned_try, training_success
 from airflow_gpu.operators.delegation import DelegatedRun, outside_the_users_dag
 from airflow_gpu.operators.spot_task import bad_result, fail, publish, save_run
 from airflow_gpu.operators.training_job_cluster import TrainingJobs
@@ -147,6 +148,8 @@ class IndexedJobTraining:
 
         self._start(context)
         try:
+            if (mark := training_success.recorded(self, context)) is not None:  # an earlier try read it, then died
+                return training_success.take_over(self, context, mark)
             self.job = take_over(self.op, self.jobs, context, self.log)
             if self.job is None:
                 self._submit(context)
@@ -244,6 +247,8 @@ class IndexedJobTraining:
         op._output, op._unread = self.machine_logs.main_output(main)
         publish(context, op.spot_run, node)
         op._publish_profile(context, main["metadata"]["name"] if main else self.job, node)
+        if decision.action == "succeed":  # before the Job and the open run go: a retry after a crash takes it
+            training_success.record(self, context, node)
         self.jobs.delete(self.job, grace_seconds=op.termination_grace_period or 30)
         if decision.action != "resubmit":
             self._judged = True

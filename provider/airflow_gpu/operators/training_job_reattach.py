@@ -49,19 +49,7 @@ def take_over(op: GPUKubernetesOperator, jobs: TrainingJobs, context: Context, l
     Service of the task instance deleted."""
     from airflow_gpu.operators.accelerate_kubernetes import STATE_STORE_KEY
 
-    ti = context["ti"]
-    labels = op._get_ti_pod_labels(context, include_try_number=False)
-    labels.pop("kubernetes_pod_operator", None)
-    ours = []
-    for found in jobs.of_task(labels):
-        metadata = found["metadata"]
-        mismatch = identity_mismatch(
-            metadata.get("labels") or {}, metadata.get("uid"), expected=labels, try_number=ti.try_number
-        )
-        if mismatch:
-            log.info("Leaving %s %s alone: %s", found["kind"], metadata["name"], mismatch)
-        else:
-            ours.append(found)
+    ours = of_this_task(op, jobs, context, log)
     open_run = saved_run(context, STATE_STORE_KEY, open_only=True)
     closed = open_run is None and saved_run(context, STATE_STORE_KEY) is not None
     latest = newest(o for o in ours if o["kind"] == "Job")
@@ -90,6 +78,25 @@ def take_over(op: GPUKubernetesOperator, jobs: TrainingJobs, context: Context, l
     log.info("Reattached to training Job %s of try %s (%s) instead of starting the training again", keep, made_by,
              status)  # fmt: skip
     return keep
+
+
+def of_this_task(op: GPUKubernetesOperator, jobs: TrainingJobs, context: Context, log: Any) -> list[dict[str, Any]]:
+    """The Jobs and Services of this task instance made by this try or an earlier one: its identity labels
+    match, never a name alone (``utils.pod_identity``); any other is left alone, with a line saying why."""
+    ti = context["ti"]
+    labels = op._get_ti_pod_labels(context, include_try_number=False)
+    labels.pop("kubernetes_pod_operator", None)
+    ours = []
+    for found in jobs.of_task(labels):
+        metadata = found["metadata"]
+        mismatch = identity_mismatch(
+            metadata.get("labels") or {}, metadata.get("uid"), expected=labels, try_number=ti.try_number
+        )
+        if mismatch:
+            log.info("Leaving %s %s alone: %s", found["kind"], metadata["name"], mismatch)
+        else:
+            ours.append(found)
+    return ours
 
 
 def _why_not(op: GPUKubernetesOperator, latest: Any, closed: bool) -> str | None:
