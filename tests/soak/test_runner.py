@@ -7,7 +7,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from airflow_gpu.testing.soak.runner import Runs, run_port
+from airflow_gpu.testing.soak.runner import DAGS, Runs, run_port
 from airflow_gpu.testing.soak.soak_dags import ACCELERATE, EPOCH_SECONDS, FANOUT, PORTS_PER_DAG, TRAINING
 
 
@@ -36,3 +36,37 @@ def test_batch_trainings_get_the_epoch_length_and_fan_outs_their_size(tmp_path: 
     conf = runs(tmp_path, epoch_seconds=2.0).conf(TRAINING[1])
     assert conf == {"workdir": str(tmp_path / "checkpoints"), "epoch_seconds": 2.0}
     assert runs(tmp_path).conf(FANOUT[0]) == {"shards": 6, "rows": 100}
+
+
+def test_a_training_dag_short_of_a_success_gets_runs_until_one_succeeds_even_after_the_window(
+    tmp_path: Path,
+) -> None:
+    """A fault that marks the slice's one training run leaves no training result to judge (CI's slower make
+    test ended so once); its DAG gets a new run, past the window, until one succeeds or three started. The
+    Airflow stack is a plain object answering ``run_state`` and ``trigger`` (the runner's boundary)."""
+    states: dict[str, str] = {}
+    triggered: list[str] = []
+
+    def trigger(dag_id: str, conf: dict[str, Any]) -> str:
+        triggered.append(dag_id)
+        states[f"r{len(triggered)}"] = "running"
+        return f"r{len(triggered)}"
+
+    stack = SimpleNamespace(run_state=lambda dag_id, run_id: states[run_id], trigger=trigger)
+    soak = Runs(SimpleNamespace(workdir=tmp_path, stack=stack), shards=6, rows=100, accelerate_runs=1)  # type: ignore[arg-type]
+    soak.tick(open_window=True)
+    assert sorted(triggered) == sorted(DAGS)
+    marked, done = ACCELERATE
+    for run in soak.runs:
+        states[run["run_id"]] = "failed" if run["dag_id"] == marked else "success"
+    soak.tick(open_window=False)
+    assert triggered[len(DAGS) :] == [marked]  # the window is closed: only the training short of a success
+    for _ in range(3):
+        for run_id in states:
+            states[run_id] = "failed" if states[run_id] == "running" else states[run_id]
+        soak.tick(open_window=False)
+    assert triggered.count(marked) == 3 and triggered.count(done) == 1  # three at most
+    assert not any(dag_id in ACCELERATE for dag_id in soak.active)
+    soak.tick(open_window=True)
+    assert triggered.count(marked) == 3 and triggered.count(done) == 1  # enough, even with the window open
+    assert all(triggered.count(dag_id) == 2 for dag_id in (*FANOUT, *TRAINING))  # the others: a new run each
