@@ -279,6 +279,12 @@ def test_interruptions_count_a_training_job_once_and_no_reclaim_after_success() 
     stopped = [Fault(1, 1.0, "k8s_reclaim_after_result", key=KEY, pod_outcome="Failed")]
     assert invariants.interruptions({KEY: 1}, stopped, {}).ok
     assert not invariants.interruptions({KEY: 0}, stopped, {}).ok
+    # aimed at a Running pod that had exited 0 240 ms before (the twentieth soak): no interruption either
+    late = [Fault(1, 1.0, "k8s_reclaim_running", target="p", key=KEY, pod_outcome="Succeeded")]
+    assert invariants.interruptions({KEY: 0}, late, {}).ok
+    assert not invariants.interruptions({KEY: 1}, late, {}).ok
+    running = [Fault(1, 1.0, "k8s_reclaim_running", target="p", key=KEY, pod_outcome="Failed")]
+    assert not invariants.interruptions({KEY: 0}, running, {}).ok
 
 
 def test_the_machines_of_one_training_job_live_together_and_two_jobs_of_a_try_never() -> None:

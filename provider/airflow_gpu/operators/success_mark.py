@@ -57,11 +57,15 @@ def record(
     run: dict[str, Any],
     location: str | None = None,
     backend: str = "kubernetes",
+    unread: str | None = None,
 ) -> None:
     """This try read the success of ``workload`` (a pod's or a Batch job's name) and ``result`` (None: no result
-    line); ``run`` is the spot run's state, ``location`` where the workload ran (a Batch job's queue)."""
+    line, or ``unread`` says why its log could not be read); ``run`` is the spot run's state, ``location``
+    where the workload ran (a Batch job's queue)."""
     value = {"try_number": int(context["ti"].try_number), **_clearing(context), "backend": backend,
              "workload": workload, "location": location, "result": result, "run": run}  # fmt: skip
+    if unread is not None:
+        value["unread"] = unread
     task_state.write(context, SUCCESS_KEY, value)
 
 

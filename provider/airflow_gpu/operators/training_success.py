@@ -38,8 +38,10 @@ def record(run: IndexedJobTraining, context: Context, location: str | None) -> N
         result = run._result()
     except Exception:  # ``spot_task.bad_result``: raised by the caller once the Job is deleted
         return
+    output = run.op._output
+    unread = run.op._unread if output is None else output.unread  # why no result, for the retry's warning
     try:
-        success_mark.record(context, str(run.job), result, run.op.spot_run.to_json(), location, BACKEND)
+        success_mark.record(context, str(run.job), result, run.op.spot_run.to_json(), location, BACKEND, unread)
     except Exception as error:  # the success stands; only a crash after it would train again
         run.log.warning("Could not record the training's success in the task state store (%s)", error)
 
@@ -61,7 +63,13 @@ def take_over(run: IndexedJobTraining, context: Context, mark: dict[str, Any]) -
                  "this try's, and the training is not run again", earlier, run.job)  # fmt: skip
     if ignored := op.spot_run.restore(mark["run"]):
         run.log.warning("The recorded run state is not usable (%s); its interruptions are not published", ignored)
-    for name in sorted({str(found["metadata"]["name"]) for found in of_this_task(op, run.jobs, context, run.log)}):
+    try:
+        left = {str(found["metadata"]["name"]) for found in of_this_task(op, run.jobs, context, run.log)}
+    except Exception as error:  # the success stands: the Jobs' ttlSecondsAfterFinished removes what is left
+        run.log.warning("Could not list the task's training Jobs to delete them (%s); deleting Job %s only",
+                        error, run.job)  # fmt: skip
+        left = {run.job}
+    for name in sorted(left | {run.job}):
         with contextlib.suppress(Exception):  # being deleted by the try that read it, most likely
             run.jobs.delete(name, wait=False)
     save_run(context, STATE_STORE_KEY, op.spot_run, open_=False)
@@ -70,4 +78,5 @@ def take_over(run: IndexedJobTraining, context: Context, mark: dict[str, Any]) -
     op._output = None
     op._unread = f"try {earlier} read it, and its worker ended before the task did; its GPU profile went with it"
     op._publish_profile(context, run.job, location)
+    op._unread = mark.get("unread")  # a success without a result: the reason that try had (``result_missing``)
     return mark.get("result")
