@@ -63,6 +63,7 @@ ALLOWED: dict[frozenset[str], str] = {
             "airflow_gpu.operators.accelerate_kubernetes",
             "airflow_gpu.operators.training_job_deferral",
             "airflow_gpu.operators.training_job_reattach",
+            "airflow_gpu.operators.training_success",
         }
     ): "issue 25",
     frozenset({"airflow_gpu.triggers.kubernetes", "airflow_gpu.triggers.pod_carry_on"}): "issue 25",

@@ -444,3 +444,21 @@ def test_a_reclaim_of_a_machine_of_a_training_whose_main_machine_finished_is_no_
     assert not invariants.interruptions({KEY: 1}, late, {}, finished).ok
     early = [Fault(1, 5.0, "k8s_reclaim_running", key=KEY, group="b")]
     assert invariants.interruptions({KEY: 1}, early, {}, finished).ok
+
+
+def test_only_the_main_machines_success_is_the_trainings_for_starts_after_it() -> None:
+    """A training's rank 1 exits 0 after the last gather, before rank 0 prints the result: a reclaim of rank 0 in
+    between leaves no result, and the next Job is the training run again rightly, not a start after a success.
+    Once rank 0 succeeded, a new Job's machine is one."""
+
+    def machine(name: str, job: str, rank: str, created: float, ended: float, outcome: str) -> Workload:
+        made = pod(name, created, ended, outcome)
+        made.group, made.marks = job, {"labels": {"batch.kubernetes.io/job-completion-index": rank}}
+        return made
+
+    rank_1_done = [machine("a-1", "a", "1", 0, 10, "Succeeded"), machine("a-0", "a", "0", 0, 10.5, "Failed")]
+    again = [machine("b-0", "b", "0", 13, 30, "Succeeded"), machine("b-1", "b", "1", 13, 30, "Succeeded")]
+    assert invariants.no_start_after_success([*rank_1_done, *again], []).ok
+    main_done = [machine("a-0", "a", "0", 0, 10, "Succeeded"), machine("a-1", "a", "1", 0, 10.5, "Failed")]
+    verdict = invariants.no_start_after_success([*main_done, *again], [])
+    assert len(verdict.violations) == 2 and "b-0 created 3.0s after a success" in verdict.violations[0]

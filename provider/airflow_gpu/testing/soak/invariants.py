@@ -184,7 +184,11 @@ def no_start_after_success(workloads: Iterable[Workload], faults: Sequence[Fault
     injector cleared that task instance after the success, or cleared the try that made it before it
     succeeded (a Clear of a running try asks for a new try, which runs the workload again: the killed
     try's pod may still finish while its task is being stopped). A pod that exited 0 with its result after its
-    deletion was asked (``Workload.finished``) succeeded too, from when it was seen so."""
+    deletion was asked (``Workload.finished``) succeeded too, from when it was seen so. Of a training Job's
+    machines only the main one's success is the training's (``finished_trainings``): another machine exits 0
+    once the last gather is done, before the main one prints the result, and a reclaim of the main machine
+    in between leaves no result, so the training runs again, rightly (the nineteenth soak judged such a
+    replacement as a start after a success)."""
     cleared: dict[tuple[str, str, str, int], list[float]] = defaultdict(list)
     cleared_tries: dict[TryKey, float] = {}
     for f in faults:
@@ -198,7 +202,8 @@ def no_start_after_success(workloads: Iterable[Workload], faults: Sequence[Fault
             by_instance[w.instance].append(w)
     verdict = Verdict("no pod/job started again after a success", len(by_instance))
     for instance, items in sorted(by_instance.items()):
-        ends = [(w, w.ended if w.outcome in ("Succeeded", "SUCCEEDED") else w.finished_at) for w in items]
+        ends = [(w, w.ended if w.outcome in ("Succeeded", "SUCCEEDED") else w.finished_at) for w in items
+                if not w.group or (w.marks.get("labels") or {}).get(INDEX_KEY) == "0"]  # fmt: skip
         succeeded = [
             at for w, at in ends
             if at is not None and not (w.key is not None and w.key in cleared_tries and cleared_tries[w.key] <= at)
