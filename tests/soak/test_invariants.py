@@ -446,10 +446,11 @@ def test_a_reclaim_of_a_machine_of_a_training_whose_main_machine_finished_is_no_
     assert invariants.interruptions({KEY: 1}, early, {}, finished).ok
 
 
-def test_only_the_main_machines_success_is_the_trainings_for_starts_after_it() -> None:
+def test_only_the_main_machines_success_is_the_trainings_for_starts_after_it_once_a_fault_hit_the_job() -> None:
     """A training's rank 1 exits 0 after the last gather, before rank 0 prints the result: a reclaim of rank 0 in
     between leaves no result, and the next Job is the training run again rightly, not a start after a success.
-    Once rank 0 succeeded, a new Job's machine is one."""
+    Without a fault on the Job, rank 1's success counts (a provider that ended the Job on it would be caught);
+    once rank 0 succeeded, a new Job's machine is a start after a success whatever hit the Job."""
 
     def machine(name: str, job: str, rank: str, created: float, ended: float, outcome: str) -> Workload:
         made = pod(name, created, ended, outcome)
@@ -458,7 +459,24 @@ def test_only_the_main_machines_success_is_the_trainings_for_starts_after_it() -
 
     rank_1_done = [machine("a-1", "a", "1", 0, 10, "Succeeded"), machine("a-0", "a", "0", 0, 10.5, "Failed")]
     again = [machine("b-0", "b", "0", 13, 30, "Succeeded"), machine("b-1", "b", "1", 13, 30, "Succeeded")]
-    assert invariants.no_start_after_success([*rank_1_done, *again], []).ok
+    reclaim = Fault(1, 10.2, "k8s_reclaim_running", target="a-0", key=KEY, group="a", pod_outcome="Failed")
+    assert invariants.no_start_after_success([*rank_1_done, *again], [reclaim]).ok
+    drain = Fault(1, 10.2, "k8s_node_drain", target="node-1", evicted=("a-0",))
+    assert invariants.no_start_after_success([*rank_1_done, *again], [drain]).ok
+    unhit = invariants.no_start_after_success([*rank_1_done, *again], [])
+    assert len(unhit.violations) == 2 and "b-0 created 3.0s after a success" in unhit.violations[0]
     main_done = [machine("a-0", "a", "0", 0, 10, "Succeeded"), machine("a-1", "a", "1", 0, 10.5, "Failed")]
-    verdict = invariants.no_start_after_success([*main_done, *again], [])
+    verdict = invariants.no_start_after_success([*main_done, *again], [reclaim])
     assert len(verdict.violations) == 2 and "b-0 created 3.0s after a success" in verdict.violations[0]
+
+
+def test_a_running_reclaim_whose_pod_had_exited_0_is_judged_as_one_after_success() -> None:
+    """The twentieth soak: aimed at a Running pod 240 ms after it exited 0; the task must end success with its
+    result and run nothing again, as for a reclaim after success."""
+    done = pod("a", 0, 9, "Succeeded")
+    late = Fault(1, 9.2, "k8s_reclaim_running", target="a", key=KEY, pod_outcome="Succeeded")
+    assert invariants.reclaims_by_phase([done], [late], [ti()], {KEY[:4]: {"score": 1}}).checked == 1
+    assert invariants.reclaims_by_phase([done], [late], [ti()], {KEY[:4]: {"score": 1}}).ok
+    rerun = invariants.reclaims_by_phase([done, pod("b", 12, 20, "Succeeded")], [late], [ti()], {KEY[:4]: 1})
+    assert len(rerun.violations) == 1 and "run again" in rerun.violations[0]
+    assert not invariants.reclaims_by_phase([done], [late], [ti()], {KEY[:4]: None}).ok

@@ -70,3 +70,33 @@ def test_a_training_dag_short_of_a_success_gets_runs_until_one_succeeds_even_aft
     soak.tick(open_window=True)
     assert triggered.count(marked) == 3 and triggered.count(done) == 1  # enough, even with the window open
     assert all(triggered.count(dag_id) == 2 for dag_id in (*FANOUT, *TRAINING))  # the others: a new run each
+
+
+def test_a_run_a_fault_marked_success_is_not_a_training_to_judge_and_the_drain_starts_none_it_cannot_finish(
+    tmp_path: Path,
+) -> None:
+    """A Mark Success leaves the run ``success`` with no result: its DAG gets another run. Past the window, a
+    new run starts only with time left for it (twice the DAG's longest run, two minutes at least): one still
+    going at the judging would be judged an orphan. The stack is a plain object, as above."""
+    import time
+
+    states: dict[str, str] = {}
+    triggered: list[str] = []
+
+    def trigger(dag_id: str, conf: dict[str, Any]) -> str:
+        triggered.append(dag_id)
+        states[f"r{len(triggered)}"] = "running"
+        return f"r{len(triggered)}"
+
+    stack = SimpleNamespace(run_state=lambda dag_id, run_id: states[run_id], trigger=trigger)
+    soak = Runs(SimpleNamespace(workdir=tmp_path, stack=stack), shards=6, rows=100, accelerate_runs=1)  # type: ignore[arg-type]
+    soak.tick(open_window=True)
+    marked, done = ACCELERATE
+    marked_run = next(run["run_id"] for run in soak.runs if run["dag_id"] == marked)
+    soak.marked = lambda dag_id, run_id: run_id == marked_run
+    states.update(dict.fromkeys(states, "success"))
+    soak.tick(open_window=False, deadline=time.time() + 60)  # too near: nothing new
+    assert triggered.count(marked) == 1
+    soak.tick(open_window=False, deadline=time.time() + 600)
+    assert triggered.count(marked) == 2 and triggered.count(done) == 1  # the marked one's DAG runs again
+    assert not any(dag_id in soak.active for dag_id in (*FANOUT, *TRAINING))  # the window is closed

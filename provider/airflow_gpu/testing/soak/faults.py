@@ -15,8 +15,8 @@ take 6-10 s, ``KubernetesEmulator.slow_pulls``, and reclaims it meanwhile), ``ru
 the shards linger a second after it, as a workload that uploads or tears down does) and
 ``after_success`` (the pod ended ``Succeeded`` and its task, still reading it, has not deleted it:
 its node is gone, and PodGC deletes the pod, ``KubernetesEmulator.delete_by_pod_gc``). A reclaim
-records what the pod had ended as once it played out (``Fault.pod_outcome``): an ``after_result``
-reclaim whose pod exited 0 first is a reclaim after success. What each allows is
+records what the pod had ended as once it played out (``Fault.pod_outcome``): a reclaim whose pod exited
+0 first (an ``after_result`` one often, a ``running`` one now and then) is a reclaim after success. What each allows is
 ``invariants.reclaims_by_phase``.
 
 Kinds listed in ``NOT_IMPLEMENTED`` are reported with a count of 0 and the reason.

@@ -184,11 +184,13 @@ def no_start_after_success(workloads: Iterable[Workload], faults: Sequence[Fault
     injector cleared that task instance after the success, or cleared the try that made it before it
     succeeded (a Clear of a running try asks for a new try, which runs the workload again: the killed
     try's pod may still finish while its task is being stopped). A pod that exited 0 with its result after its
-    deletion was asked (``Workload.finished``) succeeded too, from when it was seen so. Of a training Job's
-    machines only the main one's success is the training's (``finished_trainings``): another machine exits 0
-    once the last gather is done, before the main one prints the result, and a reclaim of the main machine
-    in between leaves no result, so the training runs again, rightly (the nineteenth soak judged such a
-    replacement as a start after a success)."""
+    deletion was asked (``Workload.finished``) succeeded too, from when it was seen so. Another machine of a
+    training Job than the main one exits 0 once the last gather is done, before the main one prints the
+    result: when a reclaim or a drain hit that Job, the main machine may have been stopped in between and
+    left no result, so the training runs again, rightly (the nineteenth soak judged such a replacement as a
+    start after a success), and only the main machine's success is the training's. Without a fault on the
+    Job, any machine's success counts: a provider that ended the Job on another machine's success, before
+    the main one's result, and trained again, is caught."""
     cleared: dict[tuple[str, str, str, int], list[float]] = defaultdict(list)
     cleared_tries: dict[TryKey, float] = {}
     for f in faults:
@@ -200,10 +202,13 @@ def no_start_after_success(workloads: Iterable[Workload], faults: Sequence[Fault
     for w in workloads:
         if w.instance is not None:
             by_instance[w.instance].append(w)
+    hit = {f.group for f in faults if interrupting(f) and f.group}
+    evicted = {name for f in faults if f.kind == "k8s_node_drain" and f.outcome == "injected" for name in f.evicted}
     verdict = Verdict("no pod/job started again after a success", len(by_instance))
     for instance, items in sorted(by_instance.items()):
+        hit_jobs = hit | {w.group for w in items if w.group and w.name in evicted}
         ends = [(w, w.ended if w.outcome in ("Succeeded", "SUCCEEDED") else w.finished_at) for w in items
-                if not w.group or (w.marks.get("labels") or {}).get(INDEX_KEY) == "0"]  # fmt: skip
+                if w.group not in hit_jobs or (w.marks.get("labels") or {}).get(INDEX_KEY) == "0"]  # fmt: skip
         succeeded = [
             at for w, at in ends
             if at is not None and not (w.key is not None and w.key in cleared_tries and cleared_tries[w.key] <= at)
@@ -399,7 +404,11 @@ def reclaims_by_phase(
     # its own training Job's machines (made with it, a few milliseconds apart).
     born = {w.name: w.created for w in workloads if w.backend == "kubernetes"}
     states = {(t["dag_id"], t["task_id"], t["dag_run_id"], t["map_index"]): t["state"] for t in instances}
-    judged = [f for f in faults if f.kind in PHASE_RECLAIMS and f.outcome == "injected" and f.key]
+    # A pending or running reclaim whose pod (not a training's machine: another one may have been stopped) had
+    # exited 0 first is a reclaim after success too (``interrupting``), and is judged as one.
+    beaten = {id(f) for f in faults if f.kind in RECLAIMS and f.kind.startswith("k8s_") and not f.group
+              and f.pod_outcome == "Succeeded"}  # fmt: skip
+    judged = [f for f in faults if (f.kind in PHASE_RECLAIMS or id(f) in beaten) and f.outcome == "injected" and f.key]
     verdict = Verdict("each reclaim allowed what its phase allows", len(judged))
     for f in judged:
         assert f.key is not None

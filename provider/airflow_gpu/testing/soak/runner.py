@@ -18,6 +18,7 @@ import time
 import urllib.error
 import urllib.parse
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,8 @@ FINISHED = ("success", "failed")
 #: Batch reclaims, drawn late, found no Batch training RUNNING on spot twice in a row beside the suite (the
 #: trainings marked failed or cleared just before); a kind that found nothing proves nothing.
 OVERTIME_SECONDS = 90.0
+#: The least time left of the drain for a new run of a two-machine training DAG short of its successes.
+DRAIN_ROOM_SECONDS = 120.0
 DAGS = (*FANOUT, *TRAINING, *ACCELERATE)
 
 
@@ -71,6 +74,9 @@ class Runs:
         self.accelerate_runs = accelerate_runs
         self.runs: list[dict[str, Any]] = []
         self.active: dict[str, dict[str, Any]] = {}
+        #: Whether a fault marked a run's task success (``marked_success``): a ``success`` run with no result.
+        self.marked: Callable[[str, str], bool] = lambda dag_id, run_id: False
+        self._no_room: set[str] = set()  # the DAGs whose new run the drain had no time for (logged once)
 
     def conf(self, dag_id: str) -> dict[str, Any]:
         if dag_id in FANOUT:
@@ -86,18 +92,35 @@ class Runs:
         return sum(run["dag_id"] == dag_id for run in self.runs)
 
     def _enough(self, dag_id: str) -> bool:
-        """No more runs of a two-machine training DAG: ``accelerate_runs`` of them succeeded, or three times as
-        many started. A run marked failed or success by a fault leaves no training result to judge: the
-        slice in CI's make test, slower than here, once ended with none, and a judge with nothing to judge
-        proves nothing. So a DAG short of its successes gets a new run even once the window has closed
-        (``tick``), while the last runs are waited for: with the faults over, it is judged as any other."""
+        """No more runs of a two-machine training DAG: ``accelerate_runs`` of them succeeded (not by a fault's
+        Mark Success), or three times as many started. A run marked failed or success by a fault leaves no
+        training result to judge: the slice in CI's make test, slower than here, once ended with none, and a
+        judge with nothing to judge proves nothing. So a DAG short of its successes gets a new run even once
+        the window has closed (``tick``), while the last runs are waited for, if there is time left for it:
+        with the faults over, it is judged as any other."""
         if dag_id not in ACCELERATE or not self.accelerate_runs:
             return False
         runs = [run for run in self.runs if run["dag_id"] == dag_id]
-        succeeded = sum(run.get("state") == "success" for run in runs)
+        succeeded = sum(run.get("state") == "success" and not self.marked(dag_id, run["run_id"]) for run in runs)
         return succeeded >= self.accelerate_runs or len(runs) >= 3 * self.accelerate_runs
 
-    def tick(self, open_window: bool) -> None:
+    def _room(self, dag_id: str, deadline: float | None) -> bool:
+        """Whether a run started now has time to end before ``deadline`` (None: the window is open): twice the
+        DAG's longest run so far, ``DRAIN_ROOM_SECONDS`` at least. A run still going at the judging would be
+        judged an orphan and a run past its bound."""
+        if deadline is None:
+            return True
+        longest = max((run.get("seconds", 0.0) for run in self.runs if run["dag_id"] == dag_id), default=0.0)
+        if deadline - time.time() >= max(DRAIN_ROOM_SECONDS, 2 * longest):
+            return True
+        if dag_id not in self._no_room:
+            log(f"no new run of {dag_id}: too little of the drain left for one")
+            self._no_room.add(dag_id)
+        return False
+
+    def tick(self, open_window: bool, deadline: float | None = None) -> None:
+        """Each active run's state; a new run where one ended (open window), or of a two-machine training DAG
+        short of its successes (``_enough``) until ``deadline`` is too near (``_room``)."""
         stack = self.soak.stack
         for dag_id in DAGS:
             run = self.active.get(dag_id)
@@ -112,7 +135,10 @@ class Runs:
                     log(f"run {dag_id} {run['run_id']} {state} in {run['seconds']:.0f} s")
                     del self.active[dag_id]
             short = dag_id in ACCELERATE and self.accelerate_runs > 0  # see ``_enough``
-            if dag_id not in self.active and (open_window or short) and not self._enough(dag_id):
+            if (
+                dag_id not in self.active and (open_window or short) and not self._enough(dag_id)
+                and self._room(dag_id, None if open_window else deadline)
+            ):  # fmt: skip
                 try:
                     run_id = stack.trigger(dag_id, self.conf(dag_id))
                 except (OSError, urllib.error.URLError) as error:
@@ -121,6 +147,15 @@ class Runs:
                 run = {"dag_id": dag_id, "run_id": run_id, "started": time.time(), "state": "queued"}
                 self.runs.append(run)
                 self.active[dag_id] = run
+
+
+def marked_success(faults: list[Fault], dag_id: str, run_id: str) -> bool:
+    """Whether a fault marked a task of that run success (the run then ends ``success`` without its result)."""
+    return any(
+        f.kind == "mark_success" and f.outcome == "injected" and f.instance is not None
+        and f.instance[0] == dag_id and f.instance[2] == run_id
+        for f in list(faults)  # a copy: the injector's threads append to it
+    )  # fmt: skip
 
 
 def reap(soak: SoakStack, delete: bool = False) -> tuple[int, str]:
@@ -289,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         supervisor.start()
         runs = Runs(soak, args.shards, args.rows, args.epoch_seconds, args.accelerate_runs)
         injector = Injector(seed, args.faults, minutes * 60, context, log, each=args.each)
+        runs.marked = lambda dag_id, run_id: marked_success(injector.faults, dag_id, run_id)
         window_start = time.time()
         injector.window_start = time.monotonic()  # the first runs' triggers take a while on a loaded machine
         runs.tick(open_window=True)
@@ -309,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         deadline = time.time() + args.drain_minutes * 60
         while runs.active and time.time() < deadline:
             time.sleep(2)
-            runs.tick(open_window=False)
+            runs.tick(open_window=False, deadline=deadline)
         time.sleep(args.grace)
         observer.close()
         supervisor.stop.set()
