@@ -38,12 +38,10 @@ def test_batch_trainings_get_the_epoch_length_and_fan_outs_their_size(tmp_path: 
     assert runs(tmp_path).conf(FANOUT[0]) == {"shards": 6, "rows": 100}
 
 
-def test_a_training_dag_short_of_a_success_gets_runs_until_one_succeeds_even_after_the_window(
-    tmp_path: Path,
-) -> None:
-    """A fault that marks the slice's one training run leaves no training result to judge (CI's slower make
-    test ended so once); its DAG gets a new run, past the window, until one succeeds or three started. The
-    Airflow stack is a plain object answering ``run_state`` and ``trigger`` (the runner's boundary)."""
+def with_a_stack(tmp_path: Path) -> tuple[Runs, dict[str, str], list[str]]:
+    """``Runs`` with one run of each two-machine training DAG to succeed, over a plain object standing in for
+    the soak's Airflow stack (the runner's boundary: ``run_state`` and ``trigger``); the runs' states, which the
+    test sets, and the DAGs triggered, in order."""
     states: dict[str, str] = {}
     triggered: list[str] = []
 
@@ -54,6 +52,16 @@ def test_a_training_dag_short_of_a_success_gets_runs_until_one_succeeds_even_aft
 
     stack = SimpleNamespace(run_state=lambda dag_id, run_id: states[run_id], trigger=trigger)
     soak = Runs(SimpleNamespace(workdir=tmp_path, stack=stack), shards=6, rows=100, accelerate_runs=1)  # type: ignore[arg-type]
+    return soak, states, triggered
+
+
+def test_a_training_dag_short_of_a_success_gets_runs_until_one_succeeds_even_after_the_window(
+    tmp_path: Path,
+) -> None:
+    """A fault that marks the slice's one training run leaves no training result to judge (CI's slower make
+    test ended so once); its DAG gets a new run, past the window, until one succeeds or three started. The
+    Airflow stack is a plain object (``with_a_stack``)."""
+    soak, states, triggered = with_a_stack(tmp_path)
     soak.tick(open_window=True)
     assert sorted(triggered) == sorted(DAGS)
     marked, done = ACCELERATE
@@ -80,16 +88,7 @@ def test_a_run_a_fault_marked_success_is_not_a_training_to_judge_and_the_drain_s
     going at the judging would be judged an orphan. The stack is a plain object, as above."""
     import time
 
-    states: dict[str, str] = {}
-    triggered: list[str] = []
-
-    def trigger(dag_id: str, conf: dict[str, Any]) -> str:
-        triggered.append(dag_id)
-        states[f"r{len(triggered)}"] = "running"
-        return f"r{len(triggered)}"
-
-    stack = SimpleNamespace(run_state=lambda dag_id, run_id: states[run_id], trigger=trigger)
-    soak = Runs(SimpleNamespace(workdir=tmp_path, stack=stack), shards=6, rows=100, accelerate_runs=1)  # type: ignore[arg-type]
+    soak, states, triggered = with_a_stack(tmp_path)
     soak.tick(open_window=True)
     marked, done = ACCELERATE
     marked_run = next(run["run_id"] for run in soak.runs if run["dag_id"] == marked)
