@@ -357,8 +357,9 @@ class Injector(threading.Thread):
     # --- AWS Batch -----------------------------------------------------------------------
 
     def _batch_reclaim(self, fault: Fault, rng: random.Random) -> None:
-        # Only the two Batch trainings run on Batch spot, each RUNNING for a part of its run: a reclaim waits up
-        # to BATCH_RECLAIM_WAIT for one (at 5 s, the slice's two found none in two runs beside the suite).
+        # The Batch trainings and the Batch fan-outs' shards run on Batch spot (the two-machine trainings run on
+        # the on-demand queue: AWS runs no multi-node job on Spot), each RUNNING for a part of its run: a reclaim
+        # waits up to BATCH_RECLAIM_WAIT for one (at 5 s, the slice's found none in two runs beside the suite).
         running = self._wait_for(
             lambda: sorted(
                 (j for j in self.context.batch.jobs()

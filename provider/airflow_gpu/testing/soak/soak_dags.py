@@ -5,10 +5,12 @@ so that the soak can check each XCom against what it must be, whatever faults hi
 way. Spot policies allow many interruptions and tasks retry: a fault the provider is built to
 absorb must never fail a task; only a person's "Mark Failed" may.
 
-The two-machine Accelerate training (``AccelerateTrainOperator``, an Indexed Job of two spot H100
-machines and its headless Service, deferrable and not) runs ``dags/training/tiny_regression.py``
-on CPU (gloo): its result depends on the epoch a resumed run started from, so
-``training_result_problem`` judges its shape instead of one value.
+Each kind of DAG runs on both backends, deferrable and not: the 50-shard fan-out (pods on Kubernetes,
+jobs on AWS Batch), the one-machine training (Batch) and the two-machine Accelerate training
+(``AccelerateTrainOperator``: an Indexed Job of two spot H100 machines and its headless Service on
+Kubernetes; a multi-node parallel job of two on-demand nodes on Batch). The two-machine training runs
+``dags/training/tiny_regression.py`` on CPU (gloo): its result depends on the epoch a resumed run
+started from, so ``training_result_problem`` judges its shape instead of one value.
 """
 
 from __future__ import annotations
@@ -105,9 +107,9 @@ def training_result_problem(value: Any, epochs: int = ACCELERATE_EPOCHS, try_num
 
 
 def fanout(dag_id: str, deferrable: bool) -> DAG:
-    from airflow_gpu.operators.kubernetes import GPUKubernetesOperator
-    from airflow_gpu.spot.policy import SpotPolicy
-
+    """The 50-shard fan-out with its reduce: on Kubernetes (``GPUKubernetesOperator`` pods, spot first
+    with on-demand capacity in the accelerator list) or on AWS Batch (``GPUBatchOperator`` jobs on the
+    spot queue, the on-demand queue the fallback), by the DAG's name."""
     with DAG(
         dag_id, schedule=None, start_date=START, catchup=False, tags=["soak"],
         params={"shards": Param(50, type="integer"), "rows": Param(200, type="integer")},
@@ -119,21 +121,50 @@ def fanout(dag_id: str, deferrable: bool) -> DAG:
             assert params is not None
             return [[str(i), str(params["rows"])] for i in range(params["shards"])]
 
-        scored = GPUKubernetesOperator.partial(
-            task_id="score_shard", name="soak-shard", accelerator=["H100", "L4"], capacity="spot",
-            spot=SpotPolicy(max_interruptions=25, grace_period_seconds=2, capacity_timeout=300),
-            cmds=["python3", "-c", SCORE_SHARD], cpu=1, memory="1Gi", kubernetes_conn_id="kubernetes_default",
-            namespace="default", get_logs=True, poll_interval=1, deferrable=deferrable,
-            max_active_tis_per_dagrun=8 if deferrable else 3,
-        ).expand(arguments=plan_shards())  # fmt: skip
+        @task
+        def plan_commands(params: dict[str, Any] | None = None) -> list[list[str]]:
+            assert params is not None
+            return [["python3", "-c", SCORE_SHARD, str(i), str(params["rows"])] for i in range(params["shards"])]
+
+        scored = (
+            _batch_shards(deferrable).expand(command=plan_commands())
+            if "_batch" in dag_id
+            else _kubernetes_shards(deferrable).expand(arguments=plan_shards())
+        )
 
         @task(trigger_rule="all_done")
         def reduce(results: list[dict[str, Any] | None]) -> dict[str, Any]:
             scores = [r for r in results if r]
             return {"shards": len(scores), "total_score": sum(r["score"] for r in scores)}
 
-        reduce(scored.output)  # type: ignore[arg-type]  # an XComArg resolves to the list at run time
+        reduce(scored.output)  # an XComArg: the list at run time
     return dag
+
+
+def _kubernetes_shards(deferrable: bool) -> Any:
+    from airflow_gpu.operators.kubernetes import GPUKubernetesOperator
+    from airflow_gpu.spot.policy import SpotPolicy
+
+    return GPUKubernetesOperator.partial(
+        task_id="score_shard", name="soak-shard", accelerator=["H100", "L4"], capacity="spot",
+        spot=SpotPolicy(max_interruptions=25, grace_period_seconds=2, capacity_timeout=300),
+        cmds=["python3", "-c", SCORE_SHARD], cpu=1, memory="1Gi", kubernetes_conn_id="kubernetes_default",
+        namespace="default", get_logs=True, poll_interval=1, deferrable=deferrable,
+        max_active_tis_per_dagrun=8 if deferrable else 3,
+    )  # fmt: skip
+
+
+def _batch_shards(deferrable: bool) -> Any:
+    from airflow_gpu.operators.batch import GPUBatchOperator
+    from airflow_gpu.spot.policy import SpotPolicy
+
+    return GPUBatchOperator.partial(
+        task_id="score_shard", job_name="soak-shard", accelerator=["A10G", "L4"], image="auto",
+        job_queues={"spot": "gpu-spot", "on-demand": "gpu-on-demand"},
+        spot=SpotPolicy(max_interruptions=25, capacity_timeout=300, grace_period_seconds=2),
+        poll_interval=1, awslogs_fetch_interval=1, deferrable=deferrable,
+        max_active_tis_per_dagrun=8 if deferrable else 3,
+    )  # fmt: skip
 
 
 def training(dag_id: str, deferrable: bool) -> DAG:
@@ -159,6 +190,9 @@ def training(dag_id: str, deferrable: bool) -> DAG:
 
 
 def accelerate(dag_id: str, deferrable: bool, port: int) -> DAG:
+    """Two machines of ``AccelerateTrainOperator``: an Indexed Job of two spot H100 pods and its headless
+    Service on Kubernetes, or a multi-node parallel job of two A10G nodes on AWS Batch's on-demand queue
+    (AWS runs none on Spot), by the DAG's name."""
     from airflow_gpu.operators.accelerate import AccelerateTrainOperator
     from airflow_gpu.spot.policy import SpotPolicy
 
@@ -166,26 +200,39 @@ def accelerate(dag_id: str, deferrable: bool, port: int) -> DAG:
         dag_id, schedule=None, start_date=START, catchup=False, tags=["soak"], max_active_runs=1,
         default_args={"retries": RETRIES, "retry_delay": timedelta(seconds=2)},
     ) as dag:  # fmt: skip
+        where: dict[str, Any] = (
+            {"target": "batch", "accelerator": "A10G", "job_queue": "gpu-on-demand"}
+            if "_batch" in dag_id
+            else {
+                "target": "kubernetes", "kubernetes_conn_id": "kubernetes_default", "namespace": "default",
+                "accelerator": "H100", "capacity": "spot",
+                "spot": SpotPolicy(max_interruptions=25, grace_period_seconds=2, capacity_timeout=300),
+            }
+        )  # fmt: skip
         AccelerateTrainOperator(
-            task_id="train", target="kubernetes", kubernetes_conn_id="kubernetes_default", namespace="default",
-            training_script=TRAINING_SCRIPT, image="huggingface/accelerate:gpu-release-1.15.0",
+            task_id="train", training_script=TRAINING_SCRIPT, image="huggingface/accelerate:gpu-release-1.15.0",
             script_args=[
                 "--epochs", str(ACCELERATE_EPOCHS), "--epoch-seconds", "1", "--checkpoint-dir",
                 "{{ dag_run.conf.get('workdir', '/tmp') }}/{{ run_id | replace(':', '_') }}/accelerate",
             ],
-            env={"ACCELERATE_USE_CPU": "1"}, accelerator="H100", num_machines=2,
+            env={"ACCELERATE_USE_CPU": "1"}, num_machines=2,
             main_process_port=f"{{{{ dag_run.conf.get('port', {port}) }}}}",
-            capacity="spot", spot=SpotPolicy(max_interruptions=25, grace_period_seconds=2, capacity_timeout=300),
             poll_interval=1, deferrable=deferrable,  # profiled, the default for NVIDIA GPUs: what users run
+            **where,
         )  # fmt: skip
     return dag
 
 
-FANOUT = ("soak_fanout_kubernetes", "soak_fanout_kubernetes_deferrable")
+FANOUT = (
+    "soak_fanout_kubernetes", "soak_fanout_kubernetes_deferrable", "soak_fanout_batch", "soak_fanout_batch_deferrable",
+)  # fmt: skip
 TRAINING = ("soak_train_batch", "soak_train_batch_deferrable")
 #: The first of each DAG's rendezvous ports (``runner.run_port`` gives each run its own, from the run's
 #: conf): every emulated machine is this host (not the e2e scenarios' 29500-29570).
-ACCELERATE = {"soak_accelerate_kubernetes": 29600, "soak_accelerate_kubernetes_deferrable": 29650}
+ACCELERATE = {
+    "soak_accelerate_kubernetes": 29600, "soak_accelerate_kubernetes_deferrable": 29650,
+    "soak_accelerate_batch": 29700, "soak_accelerate_batch_deferrable": 29750,
+}  # fmt: skip
 PORTS_PER_DAG = 50
 for _dag_id in FANOUT:
     fanout(_dag_id, deferrable=_dag_id.endswith("deferrable"))

@@ -123,6 +123,9 @@ def soak_stack(workdir: Path, log: Callable[[str], Any], workers: int = 2, trigg
             dags,
             password=PASSWORD,
             parallelism=16,
+            # Five DAGs hold a worker slot per running task (three shards of each non-deferrable fan-out, each
+            # non-deferrable training): 4 slots per worker left some queued behind them.
+            celery_concurrency=6,
             celery_broker=redis.url,
             celery_workers=workers,
             triggerers=triggerers,
