@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from airflow.sdk.execution_time import task_runner
@@ -95,3 +96,56 @@ def test_a_lingering_orphan_decides_on_the_last_state_it_read(
         started=lambda work: work["status"]["phase"] != "Pending",  # type: ignore[index]
     )  # fmt: skip
     assert said == done and (calls == ["delete"]) is deleted
+
+
+def test_a_followed_silent_log_ends_within_seconds_once_the_try_is_orphaned(kubernetes_emulator: Any) -> None:
+    """KPO follows a pod's log with a five-minute read timeout and reads the pod again only between chunks of
+    output or once that read times out: a try orphaned while its pod is silent would go on for minutes. The watch
+    beside the read (``WatchedLogs``) shuts it, and KPO's next read of the pod raises ``OrphanedTry``. Real
+    parts: the Kubernetes emulator over HTTP, the unmodified client, KPO's ``fetch_container_logs``; the
+    supervisor's death is the one thing played (``stop`` raises once a flag is set)."""
+    import threading
+
+    from kubernetes import client, config
+    from kubernetes.client import models as k8s
+
+    from airflow_gpu.operators.kubernetes_reads import RetryingPodManager
+    from airflow_gpu.testing.polling import wait_for
+
+    api = client.CoreV1Api(config.new_client_from_config(config_file=str(kubernetes_emulator.kubeconfig_path)))
+    body = k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(name="silent", namespace="default"),
+        spec=k8s.V1PodSpec(containers=[k8s.V1Container(
+            name="base", image="python:3.12-slim", command=["sh", "-c", "echo one; echo two; sleep 600"],
+        )]),
+    )  # fmt: skip
+    pod = api.create_namespaced_pod("default", body)
+    wait_for(lambda: api.read_namespaced_pod("silent", "default").status.phase == "Running", 60, "the pod running")
+    gone = threading.Event()
+
+    def stop() -> None:
+        if gone.is_set():
+            raise orphaned_try.OrphanedTry()
+
+    manager = RetryingPodManager(kube_client=api, stop=stop)
+    ended: list[BaseException | None] = []
+
+    def follow() -> None:
+        try:
+            manager.fetch_container_logs(pod, "base", follow=True)
+            ended.append(None)
+        except BaseException as error:
+            ended.append(error)
+
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
+    try:
+        # KPO logs a line once the next one comes: "one" is logged once "two" is read, and then the pod is silent
+        wait_for(lambda: manager.container_log_times, 60, "the log followed")
+        gone.set()
+        # the watch looks every second; the bound is far below KPO's five-minute read, with room for a loaded machine
+        follower.join(60)
+        assert not follower.is_alive(), "the follow went on past the orphaning"
+        assert isinstance(ended[0], orphaned_try.OrphanedTry)
+    finally:
+        api.delete_namespaced_pod("silent", "default", grace_period_seconds=0)

@@ -3,11 +3,12 @@
 The other orphan tests play the supervisor's death by changing the parent pid the operator noted. Here a
 real parent process (standing in for Airflow's task supervisor: it starts the task process in a session
 and process group of its own, as the supervisor's ``setpgid`` does, and reads its output through a pipe)
-is SIGKILLed while the task waits on its running pod against the Kubernetes emulator. The task process
-lives on, reparented; every log line it writes now fails on the broken pipe, as a real orphan's does. It
-must notice at its next poll (``orphaned_try``), and on the task's last try delete its pod and end,
-creating nothing. The one thing the child is told is that a supervisor runs it
-(``task_runner.SUPERVISOR_COMMS``: a channel object, what ``utils.supervision`` asks).
+is SIGKILLed while the task follows its running pod's log against the Kubernetes emulator; the pod then
+says nothing more. The task process lives on, reparented; every log line it writes now fails on the broken
+pipe, as a real orphan's does, but it writes none while the pod is silent. It must notice within seconds
+(``orphaned_try.WatchedLogs``: KPO alone reads the pod again only when its five-minute log read times out),
+and on the task's last try delete its pod and end, creating nothing. The one thing the child is told is that
+a supervisor runs it (``task_runner.SUPERVISOR_COMMS``: a channel object, what ``utils.supervision`` asks).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -38,8 +40,10 @@ task_runner.SUPERVISOR_COMMS = object()  # a supervisor's channel, as far as uti
 from airflow_gpu.operators.kubernetes import GPUKubernetesOperator
 from tests.operators.task_context import Store, Ti
 
+# KPO logs a line of the pod's once the next one comes: the second echo makes the first one the task's log line
 op = GPUKubernetesOperator(
-    task_id="train", name="train", accelerator="L4", capacity="on-demand", cmds=["sh", "-c", "sleep 600"],
+    task_id="train", name="train", accelerator="L4", capacity="on-demand",
+    cmds=["sh", "-c", "echo following-this-log; echo silent-from-here; sleep 600"],
     gpu_profile=False, namespace="default", kubernetes_conn_id=None, config_file=sys.argv[1],
     startup_check_interval_seconds=1,
 )
@@ -58,7 +62,8 @@ import signal, subprocess, sys
 task = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
 print(task.pid, flush=True)
 for line in task.stdout:  # read as the supervisor reads the task's logs, until it is killed
-    pass
+    sys.stdout.buffer.write(line)  # and told on, for the test to see what the task logged
+    sys.stdout.flush()
 signal.pause()  # lives on as a supervisor does, until the test SIGKILLs it
 """
 
@@ -86,17 +91,17 @@ def test_a_task_process_whose_supervisor_was_killed_deletes_its_pod_on_its_last_
     try:
         assert supervisor.stdout is not None
         task = int(supervisor.stdout.readline())
+        logged: list[bytes] = []
+        threading.Thread(target=lambda: logged.extend(supervisor.stdout or ()), daemon=True).start()
         core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubernetes_emulator.kubeconfig_path)))
-        running = lambda: [p for p in core.list_namespaced_pod("default").items if p.status.phase == "Running"]  # noqa: E731
-        (pod,) = wait_for(running, 120, "the task's pod running")
+        following = lambda: any(b"following-this-log" in line for line in list(logged))  # noqa: E731
+        wait_for(following, 120, "the task following its pod's log")
         supervisor.send_signal(signal.SIGKILL)  # the worker killed outright (SIGKILL, the OOM killer)
         supervisor.wait(10)
-        # At its next read of the pod: at once while KPO waits for the pod to start (a read a second), but a try
-        # already following the log of this silent pod reads it only when KPO's log read times out
-        # (``fetch_container_logs``: 300 s). Alone the kill lands in the first wait (5 s); in a loaded make test
-        # the task process was already following (past 120 s, once). Noticing sooner there needs a watch beside
-        # the log read; until then the bound is KPO's.
-        wait_for(lambda: not alive(task), 360, "the orphaned task process to end")
+        # The pod is silent from here on: KPO alone would read it again only when its log read times out (300 s,
+        # ``fetch_container_logs``); the watch beside the read shuts it within a second or two. The bound leaves
+        # a loaded make test room, and stays well below KPO's.
+        wait_for(lambda: not alive(task), 120, "the orphaned task process to end")
         assert outcome.read_text() in ("OrphanedTry", "BrokenPipeError")  # stopped, by its next poll or log line
         wait_for(lambda: not core.list_namespaced_pod("default").items, 60, "its pod deleted (and released)")
         assert len(kubernetes_emulator.pod_phase_times("default")) == 1  # nothing made again

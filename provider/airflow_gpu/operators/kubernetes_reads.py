@@ -30,6 +30,7 @@ from kubernetes.client import models as k8s
 from kubernetes.client.exceptions import ApiException
 
 from airflow_gpu.hooks.kubernetes import cluster_gpu_capacity, node_capacity_type
+from airflow_gpu.operators.orphaned_try import WatchedLogs
 from airflow_gpu.profiling import termination
 from airflow_gpu.profiling.marker import MAX_CHUNKS, PROFILE_MARKER
 from airflow_gpu.spot.classifier import (
@@ -174,9 +175,13 @@ class RetryingPodManager(PodManager):
             self._starting = False
 
     def read_pod_logs(self, pod: k8s.V1Pod, container_name: str, *args: Any, **kwargs: Any) -> Any:
+        """KPO's, and a followed log is shut once the try is orphaned (``orphaned_try.WatchedLogs``)."""
         what = f"reading the log of pod {_name(pod)}"
-        return call(lambda: _unwrapped(PodManager.read_pod_logs)(self, pod, container_name, *args, **kwargs), what,
+        logs = call(lambda: _unwrapped(PodManager.read_pod_logs)(self, pod, container_name, *args, **kwargs), what,
                     log=self.log)  # fmt: skip
+        if self._stop is None or not kwargs.get("follow", True):
+            return logs
+        return WatchedLogs(logs, self._stop)
 
     def read_pod_events(self, pod: k8s.V1Pod, resource_version: str | None = None) -> Any:
         what = f"reading the events of pod {_name(pod)}"

@@ -34,9 +34,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -54,6 +55,9 @@ LOOK_SECONDS = 5.0
 
 #: Seconds one look may take: a half-open connection must not hang the orphan for ever.
 LOOK_TIMEOUT_SECONDS = 15.0
+
+#: Seconds between two checks for a dead supervisor while a pod's log is followed (``WatchedLogs``).
+FOLLOW_CHECK_SECONDS = 1.0
 
 #: What an orphan's own calls log to: nothing (its task log is a broken pipe).
 SILENT = logging.getLogger("airflow_gpu.orphaned_try.silent")
@@ -93,6 +97,46 @@ def stop_if_orphaned(op: Any) -> None:
     """Raise ``OrphanedTry`` where a wait polls, once the supervisor is gone."""
     if orphaned(op):
         raise OrphanedTry()
+
+
+class WatchedLogs:
+    """A followed log (KPO's ``PodLogsConsumer``) whose response is shut once ``stop`` raises.
+
+    KPO follows a pod's log with a read timeout of five minutes, and looks at the pod only between chunks
+    of output or when that read times out: a try that loses its supervisor while it follows a silent pod
+    (a training between epochs, a job that logs nothing) would notice only minutes later, the pod (a GPU)
+    running on for nobody meanwhile. A thread asks ``stop`` every ``FOLLOW_CHECK_SECONDS`` while the log is
+    read; once it raises, it shuts the response (urllib3's ``shutdown``, which ends a read blocked in
+    another thread), KPO's read ends with an ``HTTPError``, and KPO's next read of the pod raises
+    ``OrphanedTry`` where every wait does. Only KPO iterates what ``read_pod_logs`` returns."""
+
+    def __init__(self, consumer: Any, stop: Callable[[], None], every: float = FOLLOW_CHECK_SECONDS) -> None:
+        self.consumer, self.stop, self.every = consumer, stop, every
+        self.shut = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        done = threading.Event()
+        watcher = threading.Thread(target=self._watch, args=(done,), name="airflow-gpu-log-watch", daemon=True)
+        watcher.start()
+        try:
+            items: Iterable[bytes] = self.consumer
+            yield from items
+        finally:
+            done.set()
+
+    def _watch(self, done: threading.Event) -> None:
+        while not done.wait(self.every):
+            try:
+                self.stop()
+            except Exception:
+                self.shut = True
+                response = self.consumer.response
+                with contextlib.suppress(Exception):  # urllib3 < 2.3 has no shutdown: close what can be
+                    (getattr(response, "shutdown", None) or response.release_conn)()
+                return
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.consumer, name)
 
 
 def take_over_mark(op: Any) -> dict[str, Any]:
