@@ -97,7 +97,22 @@ def test_a_run_a_fault_marked_success_is_not_a_training_to_judge_and_the_drain_s
     soak.tick(open_window=False, deadline=time.time() + 60)  # too near: nothing new
     assert triggered.count(marked) == 1
     soak.tick(open_window=False, deadline=time.time() + 600)
-    assert triggered.count(marked) == 2 and all(
-        triggered.count(d) == 1 for d in done
-    )  # the marked one's DAG runs again
+    assert triggered.count(marked) == 2 and all(triggered.count(d) == 1 for d in done)  # the marked one again
     assert not any(dag_id in soak.active for dag_id in (*FANOUT, *TRAINING))  # the window is closed
+
+
+def test_in_the_window_a_dag_gets_no_run_that_its_longest_would_not_end_before_the_drain_does(tmp_path: Path) -> None:
+    """The twenty-third soak's fan-outs took up to 904 s beside the nine other DAGs: one started in the window's
+    last minutes would still run when the history is judged. A DAG whose longest run so far fits in what is left
+    of the drain gets its next run; one whose longest does not, none. The stack is a plain object, as above."""
+    import time
+
+    soak, states, triggered = with_a_stack(tmp_path)
+    soak.tick(open_window=True)
+    slow, quick = FANOUT[0], TRAINING[0]
+    for run in soak.runs:
+        run["started"] = time.time() - (900 if run["dag_id"] == slow else 100)
+    states.update(dict.fromkeys(states, "success"))
+    soak.tick(open_window=True, deadline=time.time() + 600)
+    assert triggered.count(slow) == 1 and triggered.count(quick) == 2
+    assert soak.runs[-1]["dag_id"] != slow and slow not in soak.active

@@ -104,23 +104,26 @@ class Runs:
         succeeded = sum(run.get("state") == "success" and not self.marked(dag_id, run["run_id"]) for run in runs)
         return succeeded >= self.accelerate_runs or len(runs) >= 3 * self.accelerate_runs
 
-    def _room(self, dag_id: str, deadline: float | None) -> bool:
-        """Whether a run started now has time to end before ``deadline`` (None: the window is open): twice the
-        DAG's longest run so far, ``DRAIN_ROOM_SECONDS`` at least. A run still going at the judging would be
-        judged an orphan and a run past its bound."""
+    def _room(self, dag_id: str, deadline: float | None, open_window: bool = False) -> bool:
+        """Whether a run started now has time to end before ``deadline``, the drain's end (None: no limit). A run
+        still going at the judging would be judged an orphan and a run past its bound. While the window is open,
+        the DAG's longest run so far must fit: the twenty-third soak's fan-outs took up to 904 s beside the other
+        nine DAGs, and one started in the window's last minutes would have ended with the drain or after it.
+        After the window (a two-machine training short of its successes) twice that, ``DRAIN_ROOM_SECONDS`` at
+        least."""
         if deadline is None:
             return True
         longest = max((run.get("seconds", 0.0) for run in self.runs if run["dag_id"] == dag_id), default=0.0)
-        if deadline - time.time() >= max(DRAIN_ROOM_SECONDS, 2 * longest):
+        if deadline - time.time() >= (longest if open_window else max(DRAIN_ROOM_SECONDS, 2 * longest)):
             return True
         if dag_id not in self._no_room:
-            log(f"no new run of {dag_id}: too little of the drain left for one")
+            log(f"no new run of {dag_id}: too little time left before the drain's end for one")
             self._no_room.add(dag_id)
         return False
 
     def tick(self, open_window: bool, deadline: float | None = None) -> None:
         """Each active run's state; a new run where one ended (open window), or of a two-machine training DAG
-        short of its successes (``_enough``) until ``deadline`` is too near (``_room``)."""
+        short of its successes (``_enough``), while it has room before ``deadline``, the drain's end (``_room``)."""
         stack = self.soak.stack
         for dag_id in DAGS:
             run = self.active.get(dag_id)
@@ -137,7 +140,7 @@ class Runs:
             short = dag_id in ACCELERATE and self.accelerate_runs > 0  # see ``_enough``
             if (
                 dag_id not in self.active and (open_window or short) and not self._enough(dag_id)
-                and self._room(dag_id, None if open_window else deadline)
+                and self._room(dag_id, deadline, open_window)
             ):  # fmt: skip
                 try:
                     run_id = stack.trigger(dag_id, self.conf(dag_id))
@@ -327,17 +330,19 @@ def main(argv: list[str] | None = None) -> int:
         runs.marked = lambda dag_id, run_id: marked_success(injector.faults, dag_id, run_id)
         window_start = time.time()
         injector.window_start = time.monotonic()  # the first runs' triggers take a while on a loaded machine
-        runs.tick(open_window=True)
+        # the drain's end at the latest (the slice's overtime moves it on); no run may be started that cannot end by it
+        deadline = window_start + minutes * 60 + args.drain_minutes * 60
+        runs.tick(open_window=True, deadline=deadline)
         injector.start()
         while time.time() - window_start < minutes * 60:
             time.sleep(2)
-            runs.tick(open_window=True)
+            runs.tick(open_window=True, deadline=deadline)
         overtime = time.time() + OVERTIME_SECONDS  # the slice: a kind whose target was scarce aims on a while
         if args.each and (left := injector.unapplied()):
             log(f"window kept open up to {OVERTIME_SECONDS:.0f} s more: not applied yet: {', '.join(sorted(left))}")
         while args.each and injector.unapplied() and time.time() < overtime:
             time.sleep(2)
-            runs.tick(open_window=True)
+            runs.tick(open_window=True, deadline=time.time() + args.drain_minutes * 60)
         injector.join_all()
         soak.disarm()
         soak.kubernetes.clear_slow_pulls()
