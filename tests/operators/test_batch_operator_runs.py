@@ -347,3 +347,58 @@ def test_a_multi_node_job_without_a_result_returns_none(aws_default_connection: 
         assert op.execute({"ti": Ti(), "task_state_store": Store()}) is None
     (warning,) = result_warnings(logs)
     assert "printed no ::airflow-gpu-result:: line" in warning
+
+
+#: Each node of a two-node job: the main node waits for its peer, which on the first submission waits to be lost;
+#: once the test says the peer is gone, the main node fails, as a training's collective does when a machine goes.
+#: The next submission trains through.
+NODE_LOSS = """
+import os, sys, time
+node, attempt, gone = os.environ["AWS_BATCH_JOB_NODE_INDEX"], os.environ["AIRFLOW_GPU_ATTEMPT"], sys.argv[1]
+if attempt == "1" and node == "0":
+    while not os.path.exists(gone):
+        time.sleep(0.1)
+    sys.exit("the peer machine is gone")
+if attempt == "1":
+    time.sleep(600)
+if node == "0":
+    print('::airflow-gpu-result::{"loss": 0.25}')
+"""
+
+
+def test_a_multi_node_job_whose_child_node_lost_its_host_is_resubmitted_as_an_interruption(
+    aws_default_connection: BatchEmulator, tmp_path: Any
+) -> None:
+    """An on-demand node's host fails (MNP jobs run on no Spot): Batch fails that node alone, the main node then
+    fails, and the job FAILED reads as the training's own failure. The task resubmits it as an interruption of
+    the node, recorded, where it used to fail the try to an Airflow retry."""
+    import threading
+
+    from airflow_gpu.operators.accelerate_batch import MultiNodeBatchOperator
+
+    emulator, gone = aws_default_connection, tmp_path / "gone"
+    op = MultiNodeBatchOperator(
+        task_id="train", accelerator="A10G:1", job_queue="gpu-on-demand", gpu_profile=False, poll_interval=0.2,
+        awslogs_fetch_interval=0.5, log_lag=LOG_LAG, command=[sys.executable, "-c", NODE_LOSS, str(gone)],
+    )  # fmt: skip
+    op.num_nodes = 2
+    ti, returned = Ti(), []
+    running = threading.Thread(target=lambda: returned.append(op.execute({"ti": ti, "task_state_store": Store()})))
+    running.start()
+    batch = emulator.client("batch")
+    child = lambda: batch.describe_jobs(jobs=[f"{described(emulator)[0]['jobId']}#1"])["jobs"]  # noqa: E731
+    wait_for(lambda: described(emulator) and [j["status"] for j in child()] == ["RUNNING"], 60, "node 1 running")
+    first = described(emulator)[0]["jobId"]
+    emulator.reclaim(f"{first}#1")  # node 1's host goes
+    wait_for(lambda: [j["status"] for j in child()] == ["FAILED"], 60, "node 1 failed")
+    gone.touch()
+    running.join(120)
+    assert not running.is_alive() and returned == [{"loss": 0.25}]
+    jobs = described(emulator)
+    assert [(j["status"], j["jobQueue"].rsplit("/", 1)[-1]) for j in jobs] == [
+        ("FAILED", "gpu-on-demand"), ("SUCCEEDED", "gpu-on-demand")
+    ]  # fmt: skip
+    assert jobs[0]["attempts"][-1]["container"]["exitCode"] == 1  # the main node's own failure, as AWS shows it
+    (interruption,) = ti.xcom["gpu_interruptions"]
+    assert interruption["workload"] == first and interruption["outcome"] == "preempted"
+    assert "node 1 lost its host (Host EC2" in interruption["message"]

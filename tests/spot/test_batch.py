@@ -15,6 +15,7 @@ from airflow_gpu.spot.batch import (
     CapacityClock,
     attempts_ended_at,
     capacity_cancel_reason,
+    child_node_ids,
     classify_attempt,
     classify_attempts,
     classify_job,
@@ -221,3 +222,78 @@ def test_the_program_a_container_could_not_execute_is_named(reason: str, program
     job = {"status": "FAILED", "attempts": [attempt("Task failed to start", reason=reason)]}
     assert missing_program(job) == program
     assert missing_program({**job, "status": "SUCCEEDED"}) is None
+
+
+def multinode(status: str, main: dict[str, Any], nodes: int = 3) -> dict[str, Any]:
+    """A multi-node parallel job as DescribeJobs gives it (the User Guide: its attempts, ``startedAt``, ``stoppedAt``
+    and exit information are the main node's; ``nodeProperties`` with ``numNodes`` and ``mainNode``)."""
+    return {
+        "jobId": "mnp-1", "status": status, "statusReason": main["statusReason"], "attempts": [main],
+        "nodeProperties": {"numNodes": nodes, "mainNode": 0, "nodeRangeProperties": []},
+    }  # fmt: skip
+
+
+def node(index: int, last: dict[str, Any]) -> dict[str, Any]:
+    """One node (``<jobId>#<n>``): its own attempts and ``nodeDetails``."""
+    return {"jobId": f"mnp-1#{index}", "nodeDetails": {"nodeIndex": index, "isMainNode": index == 0},
+            "attempts": [last]}  # fmt: skip
+
+
+def started(shape: dict[str, Any], at: int) -> dict[str, Any]:
+    return {**shape, "startedAt": at}
+
+
+def test_a_multi_node_job_failed_after_a_child_lost_its_host_is_an_interruption_of_the_node() -> None:
+    """AWS fails a child node alone when its host goes ("If a child node dies, AWS Batch doesn't take any action on
+    the other nodes"; MNP jobs run on on-demand EC2 only, whose hosts still fail): the training's main node then
+    exits with an error. That is the node's interruption, to resubmit, not the training's own failure."""
+    main = started(attempt("Essential container in task exited", 1), 100)
+    job = multinode("FAILED", main)
+    assert child_node_ids(job) == ["mnp-1#1", "mnp-1#2"]
+    lost = {"mnp-1#1": node(1, started(attempt("Essential container in task exited", 0), 110)),
+            "mnp-1#2": node(2, started(attempt(RECLAIM, 143), 110))}  # fmt: skip
+    final = classify_job(job, lost)
+    assert final.outcome is Outcome.PREEMPTED and final.reason == "NodeLost" and final.interrupted
+    assert "node 2 lost its host (Host EC2" in final.message and "exit code 1" in final.message
+    assert [a.reason for a in classify_attempts(job, lost)] == ["NodeLost"]
+    # Without the nodes (a single job, or nodes not read) the main node's exit is the training's failure.
+    assert classify_job(job).outcome is Outcome.APPLICATION and classify_attempts(job)[-1].reason == "Error"
+
+
+@pytest.mark.parametrize(
+    ("main", "child", "outcome"),
+    [
+        # a child that failed on its own: the training's failure
+        (attempt("Essential container in task exited", 1), attempt("Essential container in task exited", 1),
+         Outcome.APPLICATION),
+        # the main node's own host went: a reclaim already (Batch retries it itself)
+        (attempt(RECLAIM, 143), attempt("Essential container in task exited", 143), Outcome.PREEMPTED),
+        # the main node could not start: not the training's exit, left as it reads
+        (attempt("Task failed to start", reason="CannotPullContainerError: pull access denied for x"),
+         attempt(RECLAIM, 143), Outcome.INFRASTRUCTURE),
+    ],
+)  # fmt: skip
+def test_a_child_node_s_end_makes_no_interruption_of_anything_else(
+    main: dict[str, Any], child: dict[str, Any], outcome: Outcome
+) -> None:
+    job = multinode("FAILED", started(main, 100), nodes=2)
+    nodes = {"mnp-1#1": node(1, started(child, 110))}
+    assert classify_job(job, nodes).outcome is outcome
+    assert classify_job(job, nodes).reason != "NodeLost"
+
+
+def test_a_host_lost_in_an_earlier_attempt_is_not_this_attempt_s() -> None:
+    """Batch retried the job after its main node's reclaim, relaunching every node: a child's reclaim belongs to
+    the attempt it started in (child nodes start after the main node of their attempt)."""
+    job = multinode("FAILED", started(attempt("Essential container in task exited", 1), 500), nodes=2)
+    job["attempts"] = [started(attempt(RECLAIM, 143), 100), job["attempts"][0]]
+    earlier = {"mnp-1#1": node(1, started(attempt(RECLAIM, 143), 110))}
+    assert classify_job(job, earlier).outcome is Outcome.APPLICATION
+    assert [a.outcome for a in classify_attempts(job, earlier)] == [Outcome.PREEMPTED, Outcome.APPLICATION]
+
+
+def test_only_a_failed_multi_node_job_has_child_nodes_to_read() -> None:
+    main = started(attempt("Essential container in task exited", 0), 100)
+    assert child_node_ids(multinode("SUCCEEDED", main)) == []
+    assert child_node_ids(multinode("RUNNING", main)) == []
+    assert child_node_ids({"jobId": "single", "status": "FAILED", "attempts": [main]}) == []

@@ -279,9 +279,10 @@ class GPUBatchOperator(BatchSubmission, BatchDeferral, BatchOperator):
                 self.logs.retire(self._log_job(job))
             save_run(context, STATE_KEY, self.spot_run)
             return RESUBMIT
+        nodes = self._nodes(job)
         decision = self.spot_run.finish(
-            spot_batch.classify_job(job),
-            spot_batch.classify_attempts(job),
+            spot_batch.classify_job(job, nodes),
+            spot_batch.classify_attempts(job, nodes),
             workload=job["jobId"],
             location=spot_batch.queue_name(job),
             ended_at=spot_batch.attempts_ended_at(job),
@@ -317,6 +318,10 @@ class GPUBatchOperator(BatchSubmission, BatchDeferral, BatchOperator):
     def _log_job(self, job: dict[str, Any]) -> dict[str, Any]:
         """The job whose attempts hold the log streams: the job itself (a multi-node job's main node)."""
         return job
+
+    def _nodes(self, job: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
+        """A multi-node job's child nodes, for ``spot_batch.lost_node``; a single job has none."""
+        return None
 
     def _result(self, context: Context, job: dict[str, Any]) -> Any:
         """The last result line of the successful attempt (waiting out ingestion lag), else None with a

@@ -171,11 +171,12 @@ def classify_attempt(attempt: Mapping[str, Any]) -> Classification:
     return Classification(Outcome.APPLICATION, "Error", f"{message}" + (f" ({detail})" if detail else ""), exit_code)
 
 
-def classify_job(job: Mapping[str, Any]) -> Classification:
+def classify_job(job: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]] | None = None) -> Classification:
     """What ended a job as DescribeJobs returns it: a capacity cancel, else its last attempt.
 
     A job not yet ended is RUNNING whatever its status reason; how long it has waited is the
-    ``CapacityClock``'s business.
+    ``CapacityClock``'s business. ``nodes``: a multi-node job's child nodes (``child_node_ids``), of
+    which one that lost its host makes the job's failure an interruption (``lost_node``).
     """
     status = job.get("status")
     status_reason = job.get("statusReason") or ""
@@ -194,12 +195,63 @@ def classify_job(job: Mapping[str, Any]) -> Classification:
         if is_reclaim(status_reason):
             return Classification(Outcome.PREEMPTED, "SpotReclaim", status_reason, transient=True)
         return Classification(Outcome.INFRASTRUCTURE, "NoAttempt", status_reason or "failed before it started")
-    return classify_attempt(attempts[-1])
+    final = classify_attempt(attempts[-1])
+    return lost_node(job, nodes, final) or final
 
 
-def classify_attempts(job: Mapping[str, Any]) -> list[Classification]:
-    """Every attempt of a job, in order (Batch retried the reclaimed ones itself)."""
-    return [classify_attempt(a) for a in job.get("attempts") or []]
+def classify_attempts(
+    job: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]] | None = None
+) -> list[Classification]:
+    """Every attempt of a job, in order (Batch retried the reclaimed ones itself); the last one a lost node's
+    interruption where ``lost_node`` says so."""
+    found = [classify_attempt(a) for a in job.get("attempts") or []]
+    if found and job.get("status") == "FAILED" and (lost := lost_node(job, nodes, found[-1])) is not None:
+        found[-1] = lost
+    return found
+
+
+def child_node_ids(job: Mapping[str, Any]) -> list[str]:
+    """The child nodes (``<jobId>#<n>``) of a FAILED multi-node parallel job, to tell with ``lost_node`` whether
+    one lost its host; none for any other job."""
+    properties = job.get("nodeProperties") or {}
+    if job.get("status") != "FAILED" or not isinstance(properties.get("numNodes"), int):
+        return []
+    main = properties.get("mainNode", 0)
+    return [f"{job['jobId']}#{index}" for index in range(properties["numNodes"]) if index != main]
+
+
+def lost_node(
+    job: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]] | None, final: Classification
+) -> Classification | None:
+    """A multi-node job whose main node failed after a child node of the same attempt lost its host: an
+    interruption (the node's), not the workload's failure.
+
+    Multi-node parallel jobs run on on-demand EC2 only, and an instance can still go (a hardware failure, a
+    retirement): Batch then fails that node alone, with the ``Host EC2`` reason a spot reclaim has ("If a
+    child node dies, AWS Batch doesn't take any action on the other nodes in the job"; "Child node failures
+    don't cause more attempts to occur", AWS Batch User Guide, "Multi-node parallel jobs"). A distributed
+    training's main node sees its peer gone and exits with an error, which alone reads as the training's own
+    failure. A child attempt belongs to the job's last attempt when it started no earlier than the main
+    node's (the main node is launched first). Only a main node that failed by its own exit counts (an
+    ``APPLICATION`` outcome): a reclaim of the main node is one already, a kill is the task's."""
+    attempts = job.get("attempts") or []
+    if not nodes or not attempts or final.outcome is not Outcome.APPLICATION:
+        return None
+    since = attempts[-1].get("startedAt") or 0
+    for node in sorted(nodes.values(), key=lambda n: (n.get("nodeDetails") or {}).get("nodeIndex", 0)):
+        details = node.get("nodeDetails") or {}
+        last = (node.get("attempts") or [{}])[-1]
+        if details.get("isMainNode") or not is_reclaim(last.get("statusReason")):
+            continue
+        if (last.get("startedAt") or 0) < since:
+            continue  # an earlier attempt's node
+        return Classification(
+            Outcome.PREEMPTED, "NodeLost",
+            f"node {details.get('nodeIndex', '?')} lost its host ({last['statusReason']}); the main node then "
+            f"ended with {final.message}",
+            final.exit_code, transient=True,
+        )  # fmt: skip
+    return None
 
 
 def attempts_ended_at(job: Mapping[str, Any]) -> list[datetime | None]:
