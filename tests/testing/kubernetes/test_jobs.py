@@ -457,3 +457,22 @@ def test_python_exits_report_their_code(core: client.CoreV1Api, batch: client.Ba
     wait_for(finished(batch, "py"))
     [pod] = job_pods(core, "py")
     assert pod.status.container_statuses[0].state.terminated.exit_code == 7
+
+
+def test_a_service_given_an_owner_that_is_gone_is_collected_as_one_created_so(
+    core: client.CoreV1Api, batch: client.BatchV1Api
+) -> None:
+    """The garbage collector looks up an owner added by an update as one given at creation (its graph builder
+    makes an owner it has not seen a virtual node, verifies it, and deletes the dependents of one that does not
+    exist): a training's Service patched with its Job as owner after the Job was deleted goes too."""
+    batch.create_namespaced_job("default", job_manifest("short", "print('done')"))
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "short",
+             "uid": batch.read_namespaced_job("short", "default").metadata.uid}  # fmt: skip
+    batch.delete_namespaced_job("short", "default", propagation_policy="Foreground")
+    wait_for(lambda: gone(batch, "short"), 60)
+    for name, metadata in (("patched", {}), ("created", {"ownerReferences": [owner]})):
+        body = {"metadata": {"name": name, **metadata}, "spec": {"clusterIP": "None", "ports": [{"port": 29500}]}}
+        core.create_namespaced_service("default", body)
+    core.patch_namespaced_service("patched", "default", {"metadata": {"ownerReferences": [owner]}})
+    names = lambda: {s.metadata.name for s in core.list_namespaced_service("default").items}  # noqa: E731
+    wait_for(lambda: not names() & {"patched", "created"}, 30)

@@ -139,6 +139,7 @@ class GarbageCollector:
         metadata = obj["metadata"]
         key: Key = (plural, metadata.get("namespace", ""), metadata["name"])
         references = metadata.get("ownerReferences") or ()
+        before = set(self._owners.get(key, ()))
         if references or key in self._owners:
             self._index(key, () if event == "DELETED" else tuple(r.get("uid", "") for r in references))
         if event == "DELETED":
@@ -150,7 +151,10 @@ class GarbageCollector:
         finalizers = metadata.get("finalizers") or ()
         if metadata.get("deletionTimestamp") and any(f in GC_FINALIZERS for f in finalizers):
             self._queue("finalize", key)
-        elif event == "ADDED" and references:
+        elif references and (event == "ADDED" or {r.get("uid", "") for r in references} - before):
+            # an owner added by an update is looked up as one given at creation is (the graph builder's
+            # ``addDependentToOwners``: an owner not in the graph is a virtual node, verified, and when it does not
+            # exist its dependents are deleted): a Service patched to a Job deleted meanwhile goes
             self._queue("check-owners", key)
 
     def _index(self, key: Key, owners: tuple[str, ...]) -> None:
