@@ -216,6 +216,45 @@ def test_a_second_batch_reclaim_spares_the_attempt_a_first_one_is_stopping(aws_d
     emulator.client("batch").terminate_job(jobId=job.job_id, reason="test over")
 
 
+def test_a_node_loss_fails_a_running_child_node_of_a_multi_node_job_and_records_how_the_job_ended(
+    aws_default_connection: Any, tmp_path: Any
+) -> None:
+    """The two-machine Batch training runs on on-demand hosts, which a spot reclaim never meets; their host can
+    still fail. The fault fails a RUNNING child node's host (Batch fails that node alone), names the task try,
+    and records what the job then ended as: here its main node fails once its peer is gone, as a training's
+    does (told by a file the test writes when node 1 has failed)."""
+    import threading
+
+    from airflow_gpu.operators.accelerate_batch import MultiNodeBatchOperator
+    from tests.operators.task_context import Store, Ti
+
+    emulator, gone = aws_default_connection, tmp_path / "gone"
+    nodes = (
+        "import os, sys, time\n"
+        "while os.environ['AWS_BATCH_JOB_NODE_INDEX'] == '0' and not os.path.exists(sys.argv[1]): time.sleep(0.1)\n"
+        "sys.exit(1) if os.environ['AWS_BATCH_JOB_NODE_INDEX'] == '0' else time.sleep(60)\n"
+    )
+    op = MultiNodeBatchOperator(
+        task_id="train", accelerator="A10G:1", job_queue="gpu-on-demand", gpu_profile=False, poll_interval=0.2,
+        command=[sys.executable, "-c", nodes, str(gone)],
+    )  # fmt: skip
+    op.num_nodes = 2
+    op.submit_job({"ti": Ti(), "task_state_store": Store()})  # type: ignore[arg-type]
+    job = emulator._job(str(op.job_id))
+    wait_for(lambda: 1 in job.nodes and job.nodes[1].status == "RUNNING", timeout=60, what="node 1 to run")
+    told = threading.Thread(
+        target=lambda: (wait_for(lambda: job.nodes[1].status == "FAILED", timeout=60), gone.touch()), daemon=True
+    )
+    told.start()
+    context = Context(None, None, emulator, None, None, JustStarted())  # type: ignore[arg-type]
+    fault = Fault(1, 0.0, "batch_node_loss")
+    Injector(7, 1, 1.0, context, lambda _: None)._batch_node_loss(fault, random.Random(1))
+    assert fault.target == f"{job.job_id}#1" and fault.key == ("gpu_dag", "train", "manual__1", -1, 1)
+    assert fault.pod_outcome == "FAILED" and job.nodes[1].status == "FAILED"
+    node = emulator.client("batch").describe_jobs(jobs=[fault.target])["jobs"][0]
+    assert node["attempts"][-1]["statusReason"].startswith("Host EC2")  # the documented reclaim reason
+
+
 @pytest.mark.parametrize("late", [0.0, 1.0])
 def test_every_fault_of_the_schedule_falls_inside_the_window(late: float) -> None:
     """The slice (44 faults over 120 s) lost its last fault: one interval before each put the last one exactly

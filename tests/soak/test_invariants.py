@@ -186,6 +186,18 @@ def test_interruptions_must_match_the_reclaims_on_that_try() -> None:
     assert not invariants.interruptions({second: 1}, [], {}).ok
 
 
+def test_a_node_loss_is_an_interruption_only_when_it_ended_the_job() -> None:
+    """Batch fails a multi-node job's child node alone when its host goes: the job ends FAILED once the training's
+    main node fails on its lost peer (an interruption the provider resubmits and records), or SUCCEEDED when the
+    main node had finished first (none)."""
+    failed = [Fault(1, 1.0, "batch_node_loss", target="j#1", key=KEY, pod_outcome="FAILED")]
+    assert invariants.interruptions({KEY: 1}, failed, {}).ok
+    assert not invariants.interruptions({KEY: 0}, failed, {}).ok
+    finished = [Fault(1, 1.0, "batch_node_loss", target="j#1", key=KEY, pod_outcome="SUCCEEDED")]
+    assert invariants.interruptions({KEY: 0}, finished, {}).ok
+    assert not invariants.interruptions({KEY: 1}, finished, {}).ok
+
+
 def test_results_and_run_bounds() -> None:
     assert invariants.results({KEY[:4]: {"score": 1}}, {KEY[:4]: {"score": 1}}).ok
     assert not invariants.results({KEY[:4]: {"score": 1}}, {KEY[:4]: None}).ok

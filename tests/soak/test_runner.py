@@ -116,3 +116,11 @@ def test_in_the_window_a_dag_gets_no_run_that_its_longest_would_not_end_before_t
     soak.tick(open_window=True, deadline=time.time() + 600)
     assert triggered.count(slow) == 1 and triggered.count(quick) == 2
     assert soak.runs[-1]["dag_id"] != slow and slow not in soak.active
+
+
+def test_only_the_dags_asked_for_are_run(tmp_path: Path) -> None:
+    """``--dags``: the slice runs seven of the ten. The stack is a plain object, as above."""
+    soak, _, triggered = with_a_stack(tmp_path)
+    soak.dags = (FANOUT[0], TRAINING[1])
+    soak.tick(open_window=True)
+    assert triggered == [FANOUT[0], TRAINING[1]]

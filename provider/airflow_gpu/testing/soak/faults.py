@@ -90,6 +90,7 @@ KINDS: dict[str, float] = {
     "k8s_api_5xx": 8,
     "k8s_watch_drop": 8,
     "batch_reclaim": 8,
+    "batch_node_loss": 2,
     "batch_throttle": 10,
     "batch_5xx": 5,
     "kill_worker": 1.5,
@@ -110,6 +111,8 @@ RETRY_SECONDS = 2.0
 SPOT_NODE_PREFIX = "gpu-spot"
 #: How long a Batch reclaim waits for a training job RUNNING on the spot queue.
 BATCH_RECLAIM_WAIT = 30.0
+#: How long a node loss waits for its multi-node job to end once the node is gone (the main node's next collective).
+NODE_LOSS_END_WAIT = 60.0
 
 
 class Injector(threading.Thread):
@@ -503,6 +506,32 @@ class Injector(threading.Thread):
     def _mark_success(self, fault: Fault, rng: random.Random) -> None:
         self._mark(fault, rng, "success")
 
+    def _batch_node_loss(self, fault: Fault, rng: random.Random) -> None:
+        """The host of a two-machine Batch training's child node fails: multi-node parallel jobs run on no Spot,
+        but an on-demand instance can still go, and Batch fails that node alone. Records what the job ended as
+        (``pod_outcome``): the training's main node fails on its lost peer, unless it had already finished."""
+        running = self._wait_for(
+            lambda: sorted(
+                (j for j in self.context.batch.jobs() if _running_child(j) is not None and _not_stopping(j)),
+                key=lambda j: j.job_id,
+            ),
+            seconds=BATCH_RECLAIM_WAIT,
+        )  # fmt: skip
+        if not running:
+            fault.outcome = "skipped"
+            return
+        job = rng.choice(running)
+        node = _running_child(job)
+        seen = self.context.observer.jobs.get(job.job_id)
+        key = seen.key if seen else job_key(self.context.batch.driver.backend.list_tags_for_resource(job.arn))
+        fault.target, fault.key, fault.detail = node.job_id, key, "on-demand host failed"
+        self.context.batch.reclaim(node.job_id)
+        ended = self._wait_for(
+            lambda: [job.status] if job.status in ("SUCCEEDED", "FAILED") else [], NODE_LOSS_END_WAIT
+        )
+        fault.pod_outcome = ended[0] if ended else None
+        fault.detail += f", job {fault.pod_outcome or job.status}"
+
     def _clear_running(self, fault: Fault, rng: random.Random) -> None:
         task = self._live_task(rng, ("running",))
         if task is None:
@@ -514,6 +543,14 @@ class Injector(threading.Thread):
             "only_failed": False, "only_running": False, "reset_dag_runs": True,
         }  # fmt: skip
         self.context.stack.request("POST", f"/api/v2/dags/{task['dag_id']}/clearTaskInstances", body)
+
+
+def _running_child(job: Any) -> Any:
+    """A multi-node job's child node that is RUNNING (the first by index), or None: not such a job, or none runs."""
+    nodes = getattr(job, "nodes", None)
+    if job.status != "RUNNING" or not nodes:
+        return None
+    return next((n for _, n in sorted(nodes.items()) if not n.is_main and n.status == "RUNNING"), None)
 
 
 def _not_stopping(job: Any) -> bool:

@@ -26,6 +26,7 @@ REST_FAULTS = ("mark_failed", "mark_success", "clear_running")
 #: A Kubernetes reclaim is none when its pod had exited 0 first (``Fault.pod_outcome``, ``interrupting``).
 RECLAIMS = (
     "k8s_reclaim_running", "k8s_reclaim_pending", "k8s_reclaim_pulling", "k8s_reclaim_after_result", "batch_reclaim",
+    "batch_node_loss",
 )  # fmt: skip
 #: Reclaims judged by ``reclaims_by_phase``, each by what it allows.
 PHASE_RECLAIMS = ("k8s_reclaim_pulling", "k8s_reclaim_after_result", "k8s_reclaim_after_success")
@@ -65,6 +66,8 @@ def interrupting(fault: Fault) -> bool:
     result: the observer still had it Running; the provider read a success and recorded nothing, rightly)."""
     if fault.kind not in RECLAIMS or fault.outcome != "injected":
         return False
+    if fault.kind == "batch_node_loss":  # Batch fails the node alone: the job ends FAILED only if the main node
+        return fault.pod_outcome == "FAILED"  # did not finish first (the provider then resubmits it)
     return not (fault.kind.startswith("k8s_") and fault.pod_outcome == "Succeeded")
 
 

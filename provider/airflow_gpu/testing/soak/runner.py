@@ -67,9 +67,11 @@ class Runs:
     """One active run per soak DAG while the fault window is open; each run's start, end and state."""
 
     def __init__(
-        self, soak: SoakStack, shards: int, rows: int, epoch_seconds: float = EPOCH_SECONDS, accelerate_runs: int = 0
-    ) -> None:
+        self, soak: SoakStack, shards: int, rows: int, epoch_seconds: float = EPOCH_SECONDS, accelerate_runs: int = 0,
+        dags: tuple[str, ...] = DAGS,
+    ) -> None:  # fmt: skip
         self.soak, self.shards, self.rows, self.epoch_seconds = soak, shards, rows, epoch_seconds
+        self.dags = dags  # the DAGs run (``--dags``: the slice runs some)
         #: Runs of each two-machine training DAG until this many succeeded (0: no limit), ``--accelerate-runs``.
         self.accelerate_runs = accelerate_runs
         self.runs: list[dict[str, Any]] = []
@@ -125,7 +127,7 @@ class Runs:
         """Each active run's state; a new run where one ended (open window), or of a two-machine training DAG
         short of its successes (``_enough``), while it has room before ``deadline``, the drain's end (``_room``)."""
         stack = self.soak.stack
-        for dag_id in DAGS:
+        for dag_id in self.dags:
             run = self.active.get(dag_id)
             if run is not None:
                 try:
@@ -299,9 +301,15 @@ def main(argv: list[str] | None = None) -> int:
              "(default: no limit); each of their Jobs costs some 10 CPU-seconds of torch processes, which the "
              "slice in make test has to spare",
     )  # fmt: skip
+    parser.add_argument(
+        "--dags", default=",".join(DAGS), help="the soak DAGs to run, comma-separated (default: all of them)"
+    )
     parser.add_argument("--grace", type=float, default=30.0, help="seconds before leftovers count as orphans")
     parser.add_argument("--workdir", default=".soak")
     args = parser.parse_args(argv)
+    dags = tuple(d for d in args.dags.split(",") if d)
+    if unknown := sorted(set(dags) - set(DAGS)):
+        parser.error(f"--dags: no soak DAG {', '.join(unknown)} (the soak's: {', '.join(DAGS)})")
     seed = args.replay if args.replay is not None else args.seed
     if seed is None:
         seed = random.SystemRandom().randrange(1, 2**31)
@@ -311,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         f"--minutes {minutes:g} --drain-minutes {args.drain_minutes:g} --shards {args.shards} --rows {args.rows}"
         f" --epoch-seconds {args.epoch_seconds:g}"
         + (f" --accelerate-runs {args.accelerate_runs}" if args.accelerate_runs else "")
+        + (f" --dags {','.join(dags)}" if dags != DAGS else "")
     )
     count = args.each * len(KINDS) if args.each else args.faults
     log(f"soak seed {seed}: {count} faults over {minutes:g} min (replay: {replay})")
@@ -319,13 +328,13 @@ def main(argv: list[str] | None = None) -> int:
     with soak_stack(workdir, log) as soak:
         observer = Observer(soak.kubernetes, soak.batch).start()
         stack = soak.stack
-        for dag_id in DAGS:
+        for dag_id in dags:
             stack.wait_for_dag(dag_id, timeout=300)
         log(f"Airflow up in {time.time() - started:.0f} s at {stack.url}")
         context = Context(stack, soak.kubernetes, soak.batch, soak.redis, soak.postgres, observer)
         supervisor = Supervisor(stack, context.supervisor_lock, context.held_down, log)
         supervisor.start()
-        runs = Runs(soak, args.shards, args.rows, args.epoch_seconds, args.accelerate_runs)
+        runs = Runs(soak, args.shards, args.rows, args.epoch_seconds, args.accelerate_runs, dags)
         injector = Injector(seed, args.faults, minutes * 60, context, log, each=args.each)
         runs.marked = lambda dag_id, run_id: marked_success(injector.faults, dag_id, run_id)
         window_start = time.time()
@@ -357,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         faults = injector.faults
         for fault in faults:
             if invariants.interrupting(fault):
-                backend = "batch" if fault.kind == "batch_reclaim" else "kubernetes"
+                backend = "batch" if fault.kind.startswith("batch_") else "kubernetes"
                 fault.recovered_at = observer.recovery(backend, fault.key, fault.at, fault.target)
         airflow = collect(soak, runs.runs, faults, args.rows)
         live_pods, live_jobs, live_objects = observer.live_pods(), observer.live_jobs(), observer.live_objects()
