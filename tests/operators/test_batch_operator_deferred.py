@@ -31,7 +31,16 @@ from airflow_gpu.triggers.batch import GPUBatchJobTrigger
 from airflow_gpu.triggers.batch_resubmission import BatchResubmission
 from tests.kill_budget import ON_KILL_BUDGET, refused_when_given_up_and_later
 from tests.operators.conftest import LOG_INGESTION_DELAY, LOG_LAG
-from tests.operators.test_batch_operator_runs import RESULT, Store, Ti, described, stopped_at
+from tests.operators.test_batch_operator_runs import (
+    RESULT,
+    Store,
+    Ti,
+    assert_node_loss_resubmitted,
+    described,
+    lose_node_1_when_it_runs,
+    multi_node,
+    stopped_at,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fast_backoff")]
 QUEUES = {"spot": "gpu-spot", "on-demand": "gpu-on-demand"}
@@ -536,3 +545,32 @@ def test_mark_failed_also_stops_a_replacement_the_trigger_has_not_taken_up_yet(
     asyncio.run(trigger_of(deferred).on_kill())
     job = wait_for(lambda: (j := described(emulator)[1])["status"] == "FAILED" and j, 60, "the stop")
     assert job["jobId"] == in_flight and job["statusReason"] == KILLED[0]
+
+
+def test_the_trigger_stops_a_multi_node_job_whose_child_node_lost_its_host_and_the_task_resubmits_it(
+    aws_default_connection: BatchEmulator,
+) -> None:
+    """Deferred: the trigger sees node 1 FAILED while the job runs (its host lost; the main node waits on it) and
+    stops the job; the resumed task reads the nodes, takes the end for the node's interruption, submits the job
+    again and defers on it, and the next resume returns the result."""
+    emulator, ti, store = aws_default_connection, Ti(), Store()
+    context = {"ti": ti, "task_state_store": store}
+    with pytest.raises(TaskDeferred) as first_deferral:
+        multi_node(deferrable=True).execute(context)  # type: ignore[arg-type]
+    losing = threading.Thread(target=lambda: lost.append(lose_node_1_when_it_runs(emulator)))
+    lost: list[str] = []
+    losing.start()
+    event = asyncio.run(first_event(trigger_of(first_deferral.value)))
+    losing.join(60)
+    assert event["status"] == "done" and event["job_status"] == "FAILED"
+    with pytest.raises(TaskDeferred) as second_deferral:  # the task submitted the job again, and waits on it
+        multi_node(deferrable=True).resume_execution(
+            first_deferral.value.method_name, {**(first_deferral.value.kwargs or {}), "event": event}, context
+        )  # type: ignore[arg-type]
+    event = asyncio.run(first_event(trigger_of(second_deferral.value)))
+    assert event["status"] == "done" and event["job_status"] == "SUCCEEDED"
+    resumed = multi_node(deferrable=True).resume_execution(
+        second_deferral.value.method_name, {**(second_deferral.value.kwargs or {}), "event": event}, context
+    )  # type: ignore[arg-type]
+    assert resumed == {"loss": 0.25}
+    assert_node_loss_resubmitted(emulator, ti, lost[0])

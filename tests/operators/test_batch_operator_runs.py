@@ -349,16 +349,12 @@ def test_a_multi_node_job_without_a_result_returns_none(aws_default_connection: 
     assert "printed no ::airflow-gpu-result:: line" in warning
 
 
-#: Each node of a two-node job: the main node waits for its peer, which on the first submission waits to be lost;
-#: once the test says the peer is gone, the main node fails, as a training's collective does when a machine goes.
-#: The next submission trains through.
+#: Each node of a two-node job. On the first submission the main node waits on its peer for ever, as a training's
+#: collective does until its timeout (30 minutes by default), and the peer runs until its host is lost; the next
+#: submission trains through.
 NODE_LOSS = """
-import os, sys, time
-node, attempt, gone = os.environ["AWS_BATCH_JOB_NODE_INDEX"], os.environ["AIRFLOW_GPU_ATTEMPT"], sys.argv[1]
-if attempt == "1" and node == "0":
-    while not os.path.exists(gone):
-        time.sleep(0.1)
-    sys.exit("the peer machine is gone")
+import os, time
+node, attempt = os.environ["AWS_BATCH_JOB_NODE_INDEX"], os.environ["AIRFLOW_GPU_ATTEMPT"]
 if attempt == "1":
     time.sleep(600)
 if node == "0":
@@ -366,39 +362,53 @@ if node == "0":
 """
 
 
-def test_a_multi_node_job_whose_child_node_lost_its_host_is_resubmitted_as_an_interruption(
-    aws_default_connection: BatchEmulator, tmp_path: Any
-) -> None:
-    """An on-demand node's host fails (MNP jobs run on no Spot): Batch fails that node alone, the main node then
-    fails, and the job FAILED reads as the training's own failure. The task resubmits it as an interruption of
-    the node, recorded, where it used to fail the try to an Airflow retry."""
-    import threading
-
+def multi_node(**kwargs: Any) -> Any:
     from airflow_gpu.operators.accelerate_batch import MultiNodeBatchOperator
 
-    emulator, gone = aws_default_connection, tmp_path / "gone"
     op = MultiNodeBatchOperator(
         task_id="train", accelerator="A10G:1", job_queue="gpu-on-demand", gpu_profile=False, poll_interval=0.2,
-        awslogs_fetch_interval=0.5, log_lag=LOG_LAG, command=[sys.executable, "-c", NODE_LOSS, str(gone)],
+        awslogs_fetch_interval=0.5, log_lag=LOG_LAG, command=[sys.executable, "-c", NODE_LOSS], **kwargs,
     )  # fmt: skip
     op.num_nodes = 2
-    ti, returned = Ti(), []
-    running = threading.Thread(target=lambda: returned.append(op.execute({"ti": ti, "task_state_store": Store()})))
-    running.start()
+    return op
+
+
+def lose_node_1_when_it_runs(emulator: BatchEmulator) -> str:
+    """Fail the host of the first job's node 1 once it runs (Batch fails that node alone); the job's id."""
     batch = emulator.client("batch")
-    child = lambda: batch.describe_jobs(jobs=[f"{described(emulator)[0]['jobId']}#1"])["jobs"]  # noqa: E731
-    wait_for(lambda: described(emulator) and [j["status"] for j in child()] == ["RUNNING"], 60, "node 1 running")
+    wait_for(lambda: described(emulator), 60, "the job submitted")
     first = described(emulator)[0]["jobId"]
-    emulator.reclaim(f"{first}#1")  # node 1's host goes
-    wait_for(lambda: [j["status"] for j in child()] == ["FAILED"], 60, "node 1 failed")
-    gone.touch()
-    running.join(120)
-    assert not running.is_alive() and returned == [{"loss": 0.25}]
+    node = lambda: batch.describe_jobs(jobs=[f"{first}#1"])["jobs"]  # noqa: E731
+    wait_for(lambda: [j["status"] for j in node()] == ["RUNNING"], 60, "node 1 running")
+    emulator.reclaim(f"{first}#1")
+    return str(first)
+
+
+def assert_node_loss_resubmitted(emulator: BatchEmulator, ti: Ti, first: str) -> None:
     jobs = described(emulator)
-    assert [(j["status"], j["jobQueue"].rsplit("/", 1)[-1]) for j in jobs] == [
-        ("FAILED", "gpu-on-demand"), ("SUCCEEDED", "gpu-on-demand")
+    assert [(j["jobId"] == first, j["status"], j["jobQueue"].rsplit("/", 1)[-1]) for j in jobs] == [
+        (True, "FAILED", "gpu-on-demand"), (False, "SUCCEEDED", "gpu-on-demand")
     ]  # fmt: skip
-    assert jobs[0]["attempts"][-1]["container"]["exitCode"] == 1  # the main node's own failure, as AWS shows it
+    assert jobs[0]["statusReason"].startswith("airflow-gpu: a node of the job failed: node 1 (Host EC2")
+    assert jobs[1]["createdAt"] >= jobs[0]["stoppedAt"]  # never two jobs of the try at once
     (interruption,) = ti.xcom["gpu_interruptions"]
     assert interruption["workload"] == first and interruption["outcome"] == "preempted"
     assert "node 1 lost its host (Host EC2" in interruption["message"]
+
+
+def test_a_multi_node_job_whose_child_node_lost_its_host_is_stopped_and_resubmitted_as_an_interruption(
+    aws_default_connection: BatchEmulator,
+) -> None:
+    """An on-demand node's host fails (MNP jobs run on no Spot): Batch fails that node alone and leaves the main
+    node waiting on its lost peer. The task stops the job at its next poll and submits it again as the node's
+    interruption, recorded; before, the job ran on until the collective's timeout, then failed the try."""
+    import threading
+
+    emulator, ti, returned = aws_default_connection, Ti(), []
+    op = multi_node()
+    running = threading.Thread(target=lambda: returned.append(op.execute({"ti": ti, "task_state_store": Store()})))
+    running.start()
+    first = lose_node_1_when_it_runs(emulator)
+    running.join(120)
+    assert not running.is_alive() and returned == [{"loss": 0.25}]
+    assert_node_loss_resubmitted(emulator, ti, first)

@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from airflow_gpu.spot.batch import (
+    NODE_FAILED_PREFIX,
     CapacityClock,
     attempts_ended_at,
     capacity_cancel_reason,
@@ -19,6 +20,7 @@ from airflow_gpu.spot.batch import (
     classify_attempt,
     classify_attempts,
     classify_job,
+    failed_child,
     missing_program,
     retry_strategy,
 )
@@ -292,8 +294,25 @@ def test_a_host_lost_in_an_earlier_attempt_is_not_this_attempt_s() -> None:
     assert [a.outcome for a in classify_attempts(job, earlier)] == [Outcome.PREEMPTED, Outcome.APPLICATION]
 
 
-def test_only_a_failed_multi_node_job_has_child_nodes_to_read() -> None:
+def test_only_a_running_or_failed_multi_node_job_has_child_nodes_to_read() -> None:
     main = started(attempt("Essential container in task exited", 0), 100)
     assert child_node_ids(multinode("SUCCEEDED", main)) == []
-    assert child_node_ids(multinode("RUNNING", main)) == []
+    assert child_node_ids(multinode("RUNNING", main)) == ["mnp-1#1", "mnp-1#2"]
+    assert child_node_ids(multinode("RUNNABLE", main)) == []
     assert child_node_ids({"jobId": "single", "status": "FAILED", "attempts": [main]}) == []
+
+
+def test_a_running_multi_node_job_is_stopped_once_a_child_node_failed_and_only_then() -> None:
+    """Batch leaves the other nodes running when a child node fails, and the training waits on its lost peer:
+    the job is stopped, naming the node and its reason. A child that succeeded (its last gather done before the
+    main node prints the result) or still runs stops nothing, nor does anything of a job no longer RUNNING."""
+    job = multinode("RUNNING", started(attempt("", 0), 100))
+    job["attempts"] = []  # a running attempt is not listed yet
+    running = {**node(1, {}), "status": "RUNNING"}
+    done = {**node(1, started(attempt("Essential container in task exited", 0), 110)), "status": "SUCCEEDED"}
+    lost = {**node(2, started(attempt(RECLAIM), 110)), "status": "FAILED", "statusReason": RECLAIM}
+    assert failed_child(job, {"mnp-1#1": running, "mnp-1#2": {**running, "nodeDetails": {"nodeIndex": 2}}}) is None
+    assert failed_child(job, {"mnp-1#1": done}) is None
+    reason = failed_child(job, {"mnp-1#1": done, "mnp-1#2": lost})
+    assert reason == f"{NODE_FAILED_PREFIX}: node 2 ({RECLAIM})"
+    assert failed_child({**job, "status": "FAILED"}, {"mnp-1#2": lost}) is None

@@ -40,6 +40,7 @@ from airflow_gpu.accelerators.batch_queues import QueueOffer, check_queues
 from airflow_gpu.accelerators.quantities import CpuAmount, MemoryAmount
 from airflow_gpu.accelerators.shared_memory import SharedMemory
 from airflow_gpu.accelerators.spec import Accelerator, parse_candidates
+from airflow_gpu.hooks import batch_nodes
 from airflow_gpu.hooks.batch import GPUBatchHook
 from airflow_gpu.images.entrypoint import check_entrypoint
 from airflow_gpu.images.selection import resolve_image
@@ -259,6 +260,7 @@ class GPUBatchOperator(BatchSubmission, BatchDeferral, BatchOperator):
             time.sleep(self.poll_interval)
             orphaned_try.stop_if_orphaned(self)
             self._stop_duplicates(context)  # a first submission listed late: one job of the try runs
+            batch_nodes.stop_if_a_node_failed(self.gpu_hook, job)  # a training cannot go on without a node
             job = self.gpu_hook.describe_job(str(self.job_id), self.poll_interval)
 
     @property

@@ -211,13 +211,39 @@ def classify_attempts(
 
 
 def child_node_ids(job: Mapping[str, Any]) -> list[str]:
-    """The child nodes (``<jobId>#<n>``) of a FAILED multi-node parallel job, to tell with ``lost_node`` whether
-    one lost its host; none for any other job."""
+    """The child nodes (``<jobId>#<n>``) of a RUNNING or FAILED multi-node parallel job: to stop it once one has
+    failed (``failed_child``), and to tell whether one lost its host (``lost_node``); none for any other job."""
     properties = job.get("nodeProperties") or {}
-    if job.get("status") != "FAILED" or not isinstance(properties.get("numNodes"), int):
+    if job.get("status") not in ("RUNNING", "FAILED") or not isinstance(properties.get("numNodes"), int):
         return []
     main = properties.get("mainNode", 0)
     return [f"{job['jobId']}#{index}" for index in range(properties["numNodes"]) if index != main]
+
+
+#: TerminateJob's reason for a multi-node job stopped because one of its child nodes failed while it ran.
+NODE_FAILED_PREFIX = "airflow-gpu: a node of the job failed"
+
+
+def failed_child(job: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """The TerminateJob reason for a RUNNING multi-node job one of whose child nodes FAILED, or None.
+
+    Batch takes no action on the other nodes when a child node fails ("If a child node dies, AWS Batch doesn't
+    take any action on the other nodes in the job"), and a distributed training's main node waits on the lost
+    peer until its collective times out (PyTorch's default: 30 minutes of every node billed): the soak's
+    two-machine training still ran 45 s after it lost a node. A training cannot go on without a machine, so
+    the job is stopped, as a Kubernetes Indexed Job fails when a machine does; its end then says whether the
+    node lost its host (``lost_node``: an interruption, submitted again) or failed on its own (the training's
+    failure). A child node FAILED while its job RUNNING is of the current attempt: a new attempt relaunches
+    every node."""
+    if job.get("status") != "RUNNING":
+        return None
+    for node in sorted(nodes.values(), key=lambda n: (n.get("nodeDetails") or {}).get("nodeIndex", 0)):
+        details = node.get("nodeDetails") or {}
+        if details.get("isMainNode") or node.get("status") != "FAILED":
+            continue
+        why = node.get("statusReason") or ((node.get("attempts") or [{}])[-1].get("statusReason")) or "no reason"
+        return f"{NODE_FAILED_PREFIX}: node {details.get('nodeIndex', '?')} ({why})"[:1024]
+    return None
 
 
 def lost_node(

@@ -1,19 +1,18 @@
 """``GPUBatchJobTrigger``: wait for Batch jobs with one DescribeJobs call per 100 jobs, not per job.
 
-The official ``BatchJobTrigger`` runs a waiter per task: 300 deferred shards make 300
-DescribeJobs calls every interval, and Batch throttles DescribeJobs per account. Here every
-trigger of the same connection, region and interval in a triggerer process registers its job
-with one ``SharedJobPoller``, which asks for up to 100 ids per call and hands each trigger its
-job. The trigger fires when the job ends, or when it has waited RUNNABLE for longer than
-``capacity_timeout`` (the operator then cancels it and, if it did not start meanwhile, moves on).
-DescribeJobs is retried with backoff when Batch throttles it (``GPUBatchHook``), and a job missing
-from a few answers (DescribeJobs is eventually consistent) is asked for again before giving up.
+The official ``BatchJobTrigger`` runs a waiter per task: 300 deferred shards make 300 DescribeJobs calls every
+interval, and Batch throttles DescribeJobs per account. Here every trigger of the same connection, region and
+interval in a triggerer process registers its job with one ``SharedJobPoller``, which asks for up to 100 ids per
+call and hands each trigger its job. The trigger fires when the job ends, or when it has waited RUNNABLE for longer
+than ``capacity_timeout`` (the operator then cancels it and, if it did not start meanwhile, moves on). DescribeJobs
+is retried with backoff when Batch throttles it (``GPUBatchHook``), and a job missing from a few answers
+(DescribeJobs is eventually consistent) is asked for again before giving up.
 
-The poller's hook is built again every ``HOOK_TTL`` seconds and after any failed round, so rotated
-keys or an edited connection reach a triggerer that never goes idle; a round that cannot build
-one fails that round's waiters, who retry or give up as for a DescribeJobs error. A trigger that
-cancels a job past ``capacity_timeout`` waits for the cancel through the same poller, not with a
-thread of its own. Mark Failed (``on_kill``) is ``batch_kill.BatchKill``'s.
+The poller's hook is built again every ``HOOK_TTL`` seconds and after any failed round, so rotated keys or an edited
+connection reach a triggerer that never goes idle; a round that cannot build one fails that round's waiters, who
+retry or give up as for a DescribeJobs error. A trigger that cancels a job past ``capacity_timeout`` waits for the
+cancel through the same poller, not with a thread of its own. Mark Failed (``on_kill``) is ``BatchKill``'s; a
+multi-node job whose child node failed is stopped at the poll that sees it (``hooks.batch_nodes``).
 """
 
 from __future__ import annotations
@@ -26,9 +25,9 @@ from typing import Any, ClassVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_gpu.hooks import batch_submit
+from airflow_gpu.hooks import batch_nodes, batch_submit
 from airflow_gpu.hooks.batch_submit import Submitted
-from airflow_gpu.spot.batch import FINAL, CapacityClock, capacity_cancel_reason
+from airflow_gpu.spot.batch import FINAL, CapacityClock, capacity_cancel_reason, child_node_ids
 from airflow_gpu.triggers.batch_kill import BatchKill
 from airflow_gpu.triggers.batch_resubmission import DUPLICATE_REASON, BatchResubmission
 from airflow_gpu.triggers.interruption_log import log_interruptions
@@ -244,6 +243,8 @@ class GPUBatchJobTrigger(BatchKill, BaseTrigger):
                     return
                 continue
             missing = 0
+            if job["status"] == "RUNNING" and child_node_ids(job):  # a training cannot go on without a node
+                await asyncio.to_thread(batch_nodes.stop_if_a_node_failed, await self._hook(), job)
             if job["status"] in FINAL:
                 try:  # stopped as a duplicate by a twin that saw the try's first job: that one is the try's
                     if await self._follow_kept(job):

@@ -509,7 +509,8 @@ class Injector(threading.Thread):
     def _batch_node_loss(self, fault: Fault, rng: random.Random) -> None:
         """The host of a two-machine Batch training's child node fails: multi-node parallel jobs run on no Spot,
         but an on-demand instance can still go, and Batch fails that node alone. Records what the job ended as
-        (``pod_outcome``): the training's main node fails on its lost peer, unless it had already finished."""
+        (``pod_outcome``): the provider stops a job whose child node failed (``hooks.batch_nodes``), so FAILED,
+        unless its main node had finished first."""
         running = self._wait_for(
             lambda: sorted(
                 (j for j in self.context.batch.jobs() if _running_child(j) is not None and _not_stopping(j)),
