@@ -389,7 +389,7 @@ def assert_node_loss_resubmitted(emulator: BatchEmulator, ti: Ti, first: str) ->
     assert [(j["jobId"] == first, j["status"], j["jobQueue"].rsplit("/", 1)[-1]) for j in jobs] == [
         (True, "FAILED", "gpu-on-demand"), (False, "SUCCEEDED", "gpu-on-demand")
     ]  # fmt: skip
-    assert jobs[0]["statusReason"].startswith("airflow-gpu: a node of the job failed: node 1 (Host EC2")
+    assert jobs[0]["statusReason"].startswith("airflow-gpu: a node of the job lost its host: node 1 (Host EC2")
     assert jobs[1]["createdAt"] >= jobs[0]["stoppedAt"]  # never two jobs of the try at once
     (interruption,) = ti.xcom["gpu_interruptions"]
     assert interruption["workload"] == first and interruption["outcome"] == "preempted"

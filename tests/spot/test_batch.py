@@ -251,9 +251,9 @@ def test_a_multi_node_job_failed_after_a_child_lost_its_host_is_an_interruption_
     exits with an error. That is the node's interruption, to resubmit, not the training's own failure."""
     main = started(attempt("Essential container in task exited", 1), 100)
     job = multinode("FAILED", main)
-    assert child_node_ids(job) == ["mnp-1#1", "mnp-1#2"]
+    assert child_node_ids(job) == ["mnp-1#1", "mnp-1#2", "mnp-1#0"]  # the main node last
     lost = {"mnp-1#1": node(1, started(attempt("Essential container in task exited", 0), 110)),
-            "mnp-1#2": node(2, started(attempt(RECLAIM, 143), 110))}  # fmt: skip
+            "mnp-1#2": {**node(2, started(attempt(RECLAIM, 143), 110)), "status": "FAILED"}}  # fmt: skip
     final = classify_job(job, lost)
     assert final.outcome is Outcome.PREEMPTED and final.reason == "NodeLost" and final.interrupted
     assert "node 2 lost its host (Host EC2" in final.message and "exit code 1" in final.message
@@ -279,7 +279,7 @@ def test_a_child_node_s_end_makes_no_interruption_of_anything_else(
     main: dict[str, Any], child: dict[str, Any], outcome: Outcome
 ) -> None:
     job = multinode("FAILED", started(main, 100), nodes=2)
-    nodes = {"mnp-1#1": node(1, started(child, 110))}
+    nodes = {"mnp-1#1": {**node(1, started(child, 110)), "status": "FAILED"}}
     assert classify_job(job, nodes).outcome is outcome
     assert classify_job(job, nodes).reason != "NodeLost"
 
@@ -289,30 +289,65 @@ def test_a_host_lost_in_an_earlier_attempt_is_not_this_attempt_s() -> None:
     the attempt it started in (child nodes start after the main node of their attempt)."""
     job = multinode("FAILED", started(attempt("Essential container in task exited", 1), 500), nodes=2)
     job["attempts"] = [started(attempt(RECLAIM, 143), 100), job["attempts"][0]]
-    earlier = {"mnp-1#1": node(1, started(attempt(RECLAIM, 143), 110))}
+    earlier = {"mnp-1#1": {**node(1, started(attempt(RECLAIM, 143), 110)), "status": "FAILED"}}
     assert classify_job(job, earlier).outcome is Outcome.APPLICATION
     assert [a.outcome for a in classify_attempts(job, earlier)] == [Outcome.PREEMPTED, Outcome.APPLICATION]
 
 
-def test_only_a_running_or_failed_multi_node_job_has_child_nodes_to_read() -> None:
+def test_only_a_running_or_failed_multi_node_job_has_nodes_to_read() -> None:
     main = started(attempt("Essential container in task exited", 0), 100)
     assert child_node_ids(multinode("SUCCEEDED", main)) == []
-    assert child_node_ids(multinode("RUNNING", main)) == ["mnp-1#1", "mnp-1#2"]
+    assert child_node_ids(multinode("RUNNING", main)) == ["mnp-1#1", "mnp-1#2", "mnp-1#0"]
     assert child_node_ids(multinode("RUNNABLE", main)) == []
     assert child_node_ids({"jobId": "single", "status": "FAILED", "attempts": [main]}) == []
 
 
-def test_a_running_multi_node_job_is_stopped_once_a_child_node_failed_and_only_then() -> None:
-    """Batch leaves the other nodes running when a child node fails, and the training waits on its lost peer:
-    the job is stopped, naming the node and its reason. A child that succeeded (its last gather done before the
-    main node prints the result) or still runs stops nothing, nor does anything of a job no longer RUNNING."""
+def test_a_child_whose_host_went_in_the_teardown_after_the_main_node_failed_is_no_cause() -> None:
+    """The main node failed on its own; Batch then stops the children, and one's host may go meanwhile: the
+    failure stays the training's (a user's bug is not resubmitted as interruptions). A host lost while STARTING
+    has no start, only its end, and counts."""
+    job = multinode("FAILED", {**started(attempt("Essential container in task exited", 1), 100), "stoppedAt": 200})
+    after = {"mnp-1#1": {**node(1, {**started(attempt(RECLAIM), 110), "stoppedAt": 210}), "status": "FAILED"}}
+    assert classify_job(job, after).outcome is Outcome.APPLICATION
+    starting = {"mnp-1#1": {**node(1, {**attempt(RECLAIM), "startedAt": None, "stoppedAt": 150}), "status": "FAILED"}}
+    assert classify_job(job, starting).reason == "NodeLost"
+
+
+def running_job() -> dict[str, Any]:
     job = multinode("RUNNING", started(attempt("", 0), 100))
     job["attempts"] = []  # a running attempt is not listed yet
+    return job
+
+
+def main_node(started_at: int | None) -> dict[str, Any]:
+    return {"jobId": "mnp-1#0", "status": "RUNNING", "startedAt": started_at,
+            "nodeDetails": {"nodeIndex": 0, "isMainNode": True}, "attempts": []}  # fmt: skip
+
+
+def test_a_running_multi_node_job_is_stopped_once_a_child_node_lost_its_host_and_only_then() -> None:
+    """Batch leaves the other nodes running when a child node's host goes, and the training waits on its lost
+    peer: the job is stopped, naming the node and the reason. A child that failed by its own exit is the main
+    node's to judge (it decides the job's end, as AWS documents); one that succeeded, or still runs, stops
+    nothing; nor does anything of a job no longer RUNNING."""
+    job, main = running_job(), main_node(100)
     running = {**node(1, {}), "status": "RUNNING"}
     done = {**node(1, started(attempt("Essential container in task exited", 0), 110)), "status": "SUCCEEDED"}
+    crashed = {**node(1, started(attempt("Essential container in task exited", 1), 110)), "status": "FAILED"}
     lost = {**node(2, started(attempt(RECLAIM), 110)), "status": "FAILED", "statusReason": RECLAIM}
-    assert failed_child(job, {"mnp-1#1": running, "mnp-1#2": {**running, "nodeDetails": {"nodeIndex": 2}}}) is None
-    assert failed_child(job, {"mnp-1#1": done}) is None
-    reason = failed_child(job, {"mnp-1#1": done, "mnp-1#2": lost})
+    assert failed_child(job, {"mnp-1#0": main, "mnp-1#1": running}) is None
+    assert failed_child(job, {"mnp-1#0": main, "mnp-1#1": done}) is None
+    assert failed_child(job, {"mnp-1#0": main, "mnp-1#1": crashed}) is None
+    reason = failed_child(job, {"mnp-1#0": main, "mnp-1#1": done, "mnp-1#2": lost})
     assert reason == f"{NODE_FAILED_PREFIX}: node 2 ({RECLAIM})"
-    assert failed_child({**job, "status": "FAILED"}, {"mnp-1#2": lost}) is None
+    assert failed_child({**job, "status": "FAILED"}, {"mnp-1#0": main, "mnp-1#2": lost}) is None
+
+
+def test_a_child_still_failed_from_the_last_attempt_does_not_stop_the_next() -> None:
+    """Batch retried the job after its main node's host went; the children of the last attempt may still read
+    FAILED until they are relaunched (AWS gives "no guarantees on the timing" of their launch): one that began
+    before the main node's current run is not this attempt's. Without the main node's start nothing is stopped."""
+    job = running_job()
+    stale = {**node(1, started(attempt(RECLAIM), 110)), "status": "FAILED"}
+    assert failed_child(job, {"mnp-1#0": main_node(300), "mnp-1#1": stale}) is None
+    assert failed_child(job, {"mnp-1#0": main_node(None), "mnp-1#1": stale}) is None
+    assert failed_child(job, {"mnp-1#0": main_node(100), "mnp-1#1": stale}) is not None

@@ -129,13 +129,18 @@ class WatchedLogs:
             try:
                 self.stop()
             except Exception:
-                self.shut = True
-                response = self.consumer.response
-                with contextlib.suppress(Exception):  # urllib3 < 2.3 has no shutdown: close what can be
-                    (getattr(response, "shutdown", None) or response.release_conn)()
+                # ``shutdown`` (urllib3 2.3, the floor of the ``kubernetes`` extra) ends the blocked read; without
+                # it nothing is done: ``release_conn`` would not end the read and would hand the still-streaming
+                # socket back to the pool for the next request. Behind an HTTPS proxy urllib3 cannot shut the
+                # socket (``ValueError``): KPO's own read timeout is the bound there, as before.
+                with contextlib.suppress(Exception):
+                    self.consumer.response.shutdown()
+                    self.shut = True
                 return
 
     def __getattr__(self, name: str) -> Any:
+        if name == "consumer":  # not set yet (a copy being made): no recursion through ``self.consumer``
+            raise AttributeError(name)
         return getattr(self.consumer, name)
 
 

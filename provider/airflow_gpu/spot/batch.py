@@ -211,38 +211,62 @@ def classify_attempts(
 
 
 def child_node_ids(job: Mapping[str, Any]) -> list[str]:
-    """The child nodes (``<jobId>#<n>``) of a RUNNING or FAILED multi-node parallel job: to stop it once one has
-    failed (``failed_child``), and to tell whether one lost its host (``lost_node``); none for any other job."""
+    """The nodes (``<jobId>#<n>``) of a RUNNING or FAILED multi-node parallel job, its main node last: to stop it
+    once a child node lost its host (``failed_child``), and to tell whether one did (``lost_node``); none for any
+    other job."""
     properties = job.get("nodeProperties") or {}
     if job.get("status") not in ("RUNNING", "FAILED") or not isinstance(properties.get("numNodes"), int):
         return []
     main = properties.get("mainNode", 0)
-    return [f"{job['jobId']}#{index}" for index in range(properties["numNodes"]) if index != main]
+    children = [f"{job['jobId']}#{index}" for index in range(properties["numNodes"]) if index != main]
+    return [*children, f"{job['jobId']}#{main}"]
 
 
-#: TerminateJob's reason for a multi-node job stopped because one of its child nodes failed while it ran.
-NODE_FAILED_PREFIX = "airflow-gpu: a node of the job failed"
+#: TerminateJob's reason for a multi-node job stopped because one of its child nodes lost its host while it ran.
+NODE_FAILED_PREFIX = "airflow-gpu: a node of the job lost its host"
+
+
+def _nodes_in_order(nodes: Mapping[str, Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return sorted(nodes.values(), key=lambda n: (n.get("nodeDetails") or {}).get("nodeIndex", 0))
+
+
+def _host_lost(node: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """A child node's last attempt when it ended with its host lost (the attempt's reason, else the node's)."""
+    if (node.get("nodeDetails") or {}).get("isMainNode") or node.get("status") != "FAILED":
+        return None
+    last = (node.get("attempts") or [{}])[-1]
+    reason = last.get("statusReason") or node.get("statusReason")
+    return {**last, "statusReason": reason} if is_reclaim(reason) else None
+
+
+def _began(attempt: Mapping[str, Any]) -> float:
+    """When an attempt started, or ended if it never started (a host lost while STARTING): 0 if unknown."""
+    return float(attempt.get("startedAt") or attempt.get("stoppedAt") or 0)
 
 
 def failed_child(job: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]]) -> str | None:
-    """The TerminateJob reason for a RUNNING multi-node job one of whose child nodes FAILED, or None.
+    """The TerminateJob reason for a RUNNING multi-node job one of whose child nodes lost its host, or None.
 
     Batch takes no action on the other nodes when a child node fails ("If a child node dies, AWS Batch doesn't
     take any action on the other nodes in the job"), and a distributed training's main node waits on the lost
     peer until its collective times out (PyTorch's default: 30 minutes of every node billed): the soak's
-    two-machine training still ran 45 s after it lost a node. A training cannot go on without a machine, so
-    the job is stopped, as a Kubernetes Indexed Job fails when a machine does; its end then says whether the
-    node lost its host (``lost_node``: an interruption, submitted again) or failed on its own (the training's
-    failure). A child node FAILED while its job RUNNING is of the current attempt: a new attempt relaunches
-    every node."""
+    two-machine training still ran 45 s after it lost a node. A lost host is the platform's doing, so the job is
+    stopped and submitted again (``lost_node``), as a Kubernetes training Job is when a machine is reclaimed. A
+    child that failed by its own exit is left to the main node, which decides the job's end as AWS documents (a
+    rank that exits non-zero at teardown must not kill the main one while it saves the model). Only a child of
+    the current attempt counts: one that began before the main node's current run (``nodes`` holds the main
+    node) is the last attempt's, not yet relaunched ("no guarantees on the timing" of child launches)."""
     if job.get("status") != "RUNNING":
         return None
-    for node in sorted(nodes.values(), key=lambda n: (n.get("nodeDetails") or {}).get("nodeIndex", 0)):
-        details = node.get("nodeDetails") or {}
-        if details.get("isMainNode") or node.get("status") != "FAILED":
-            continue
-        why = node.get("statusReason") or ((node.get("attempts") or [{}])[-1].get("statusReason")) or "no reason"
-        return f"{NODE_FAILED_PREFIX}: node {details.get('nodeIndex', '?')} ({why})"[:1024]
+    main = next((n for n in nodes.values() if (n.get("nodeDetails") or {}).get("isMainNode")), None)
+    since = float((main or {}).get("startedAt") or 0)
+    if not since:  # the main node's current run is not known: nothing is stopped on a guess
+        return None
+    for node in _nodes_in_order(nodes):
+        lost = _host_lost(node)
+        if lost is not None and _began(lost) >= since:
+            index = (node.get("nodeDetails") or {}).get("nodeIndex", "?")
+            return f"{NODE_FAILED_PREFIX}: node {index} ({lost['statusReason']})"[:1024]
     return None
 
 
@@ -256,25 +280,24 @@ def lost_node(
     retirement): Batch then fails that node alone, with the ``Host EC2`` reason a spot reclaim has ("If a
     child node dies, AWS Batch doesn't take any action on the other nodes in the job"; "Child node failures
     don't cause more attempts to occur", AWS Batch User Guide, "Multi-node parallel jobs"). A distributed
-    training's main node sees its peer gone and exits with an error, which alone reads as the training's own
-    failure. A child attempt belongs to the job's last attempt when it started no earlier than the main
-    node's (the main node is launched first). Only a main node that failed by its own exit counts (an
-    ``APPLICATION`` outcome): a reclaim of the main node is one already, a kill is the task's."""
+    training's main node sees its peer gone and fails (or waits on it, and ``failed_child`` stops the job), which
+    alone reads as the training's own failure. The child's attempt must lie within the main node's last one:
+    begun no earlier (the main node is launched first; a host lost while STARTING has only its end) and ended
+    no later (a child whose host went in the teardown after the main node failed on its own is no cause). Only
+    a main node that failed by its exit counts (an ``APPLICATION`` outcome): a reclaim of the main node is one
+    already, a kill is the task's."""
     attempts = job.get("attempts") or []
     if not nodes or not attempts or final.outcome is not Outcome.APPLICATION:
         return None
-    since = attempts[-1].get("startedAt") or 0
-    for node in sorted(nodes.values(), key=lambda n: (n.get("nodeDetails") or {}).get("nodeIndex", 0)):
-        details = node.get("nodeDetails") or {}
-        last = (node.get("attempts") or [{}])[-1]
-        if details.get("isMainNode") or not is_reclaim(last.get("statusReason")):
+    since, until = _began(attempts[-1]), float(attempts[-1].get("stoppedAt") or 0)
+    for node in _nodes_in_order(nodes):
+        lost = _host_lost(node)
+        if lost is None or _began(lost) < since or (until and float(lost.get("stoppedAt") or 0) > until):
             continue
-        if (last.get("startedAt") or 0) < since:
-            continue  # an earlier attempt's node
         return Classification(
             Outcome.PREEMPTED, "NodeLost",
-            f"node {details.get('nodeIndex', '?')} lost its host ({last['statusReason']}); the main node then "
-            f"ended with {final.message}",
+            f"node {(node.get('nodeDetails') or {}).get('nodeIndex', '?')} lost its host ({lost['statusReason']}); "
+            f"the main node then ended with {final.message}",
             final.exit_code, transient=True,
         )  # fmt: skip
     return None
