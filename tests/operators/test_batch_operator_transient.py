@@ -88,6 +88,31 @@ def test_a_first_submission_listed_past_the_lookup_is_kept_and_the_second_termin
     assert (second["status"], second["statusReason"]) == ("FAILED", DUPLICATE_REASON)
 
 
+def test_a_late_job_of_an_earlier_submission_is_stopped_never_followed_once_the_try_moved_on(
+    aws_default_connection: BatchEmulator,
+) -> None:
+    """A submission sent again after its lost answer is watched for its first job, listed late. When the job the
+    try followed is interrupted and the next one (a later name) submitted within the watch, a late job of the
+    earlier name is a duplicate to stop, not the job to follow: the twenty-fourth soak followed an ended job
+    again in place of the running one, counted its interruption twice more and left two later jobs running."""
+    from airflow_gpu.hooks.batch_submit import DUPLICATE_REASON
+
+    emulator, context = aws_default_connection, {"ti": Ti(), "task_state_store": Store()}
+    sleeping = [sys.executable, "-c", "import time; time.sleep(60)"]
+    late, followed = operator(command=sleeping), operator(command=sleeping)
+    late.submit_job(context)  # type: ignore[arg-type]  # the first send: its answer lost, listed late
+    followed.submit_job(context)  # type: ignore[arg-type]  # sent again: the job the try followed
+    identity = {k: v for k, v in described(emulator)[0]["tags"].items() if k.startswith("airflow-gpu/")}
+    op = operator(command=sleeping)
+    op.job_id = "the-next-submission"  # the job of the try's next submission, under the next name
+    op._duplicate_watch = ("gpu-spot", "train", identity, time.monotonic() + 60)
+    op._watched_job, op._duplicates_checked = str(followed.job_id), 0.0
+    op._stop_duplicates(context)  # type: ignore[arg-type]
+    assert op.job_id == "the-next-submission"  # still the later job
+    wait_for(lambda: all(j["status"] == "FAILED" for j in described(emulator)), 60, "both stopped")
+    assert [(j["jobName"], j["statusReason"]) for j in described(emulator)] == [("train", DUPLICATE_REASON)] * 2
+
+
 def test_a_burst_of_throttles_server_errors_and_resets_on_every_call_is_ridden_out(
     aws_default_connection: BatchEmulator,
 ) -> None:

@@ -121,6 +121,7 @@ class BatchSubmission:
             if submitted.resent:  # its first job may yet be listed: see _stop_duplicates
                 until = time.monotonic() + batch_submit.DUPLICATE_WATCH
                 op._duplicate_watch = (str(args["jobQueue"]), str(args["jobName"]), identity, until)
+                op._watched_job = str(submitted.job_id)
         if op._killing:  # on_kill ran before the id was known: it terminated the job before this one
             try:
                 batch_submit.withdraw(op.gpu_hook, args, str(op.job_id), op.log)
@@ -135,6 +136,8 @@ class BatchSubmission:
     #: After a job sent again past the look-up of its lost answer (``batch_submit``): its queue, name and
     #: identity tags, and the monotonic time until which a first job of the try listed late is looked for.
     _duplicate_watch: tuple[str, str, dict[str, str], float] | None = None
+    #: The job of the watched name the try follows; once it follows a later submission's, none of the name is.
+    _watched_job: str | None = None
     _duplicates_checked = 0.0  # monotonic time of the last look
 
     def _stop_duplicates(self, context: Context) -> None:
@@ -148,13 +151,18 @@ class BatchSubmission:
         op._duplicates_checked = now
         if now >= until:
             op._duplicate_watch = None
+        # Followed still: the first-created job of the name is the try's. Moved on (the job was interrupted and
+        # submitted again under the next name within the watch): the try follows none of the name, and any of
+        # them listed late is stopped, never followed in place of the later job (the twenty-fourth soak followed
+        # an ended job again, counted its interruption twice more, and left two later jobs running).
+        moved_on = op._watched_job is not None and op._watched_job != op.job_id
+        keep = (lambda jobs: {"jobId": op.job_id}) if moved_on else (lambda jobs: oldest_of_try(jobs, identity))
         kept = batch_submit.stop_duplicates(
-            op.gpu_hook, queue, name, lambda jobs: oldest_of_try(jobs, identity),
-            lambda job: same_task_try(job, identity), FINAL,
+            op.gpu_hook, queue, name, keep, lambda job: same_task_try(job, identity), FINAL,
         )  # fmt: skip
         if kept is not None and kept != op.job_id:
             op.log.warning("Following job %s, created first, instead of %s", kept, op.job_id)
-            op.job_id = kept
+            op.job_id = op._watched_job = kept
             op.spot_run.submitted(kept)
             save_run(context, STATE_KEY, op.spot_run)
             context["ti"].xcom_push(key=JOB_ID_XCOM_KEY, value=kept)

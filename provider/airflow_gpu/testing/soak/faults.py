@@ -551,7 +551,10 @@ def _running_child(job: Any) -> Any:
     nodes = getattr(job, "nodes", None)
     if job.status != "RUNNING" or not nodes:
         return None
-    return next((n for _, n in sorted(nodes.items()) if not n.is_main and n.status == "RUNNING"), None)
+    # not one a fault is stopping already: a second loss of the same host is the same interruption
+    return next(
+        (n for _, n in sorted(nodes.items()) if not n.is_main and n.status == "RUNNING" and n.reclaim is None), None
+    )
 
 
 def _not_stopping(job: Any) -> bool:

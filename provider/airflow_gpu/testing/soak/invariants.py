@@ -342,7 +342,7 @@ def interruptions(
     hits: dict[TryKey, set[Any]] = defaultdict(set)
     for f in faults:
         if interrupting(f) and f.key and not (f.group and f.group in finished):
-            pod = f.target if f.kind.startswith("k8s_") and f.target else None
+            pod = f.target if (f.kind.startswith("k8s_") or f.kind == "batch_node_loss") and f.target else None
             hits[f.key].add(f.group or pod or f.number)
     verdict = Verdict("recorded interruptions equal the injected reclaims", len(recorded))
     for key, count in sorted(recorded.items()):

@@ -201,7 +201,10 @@ def accelerate(dag_id: str, deferrable: bool, port: int) -> DAG:
         default_args={"retries": RETRIES, "retry_delay": timedelta(seconds=2)},
     ) as dag:  # fmt: skip
         where: dict[str, Any] = (
-            {"target": "batch", "accelerator": "A10G", "job_queue": "gpu-on-demand"}
+            {
+                "target": "batch", "accelerator": "A10G", "job_queue": "gpu-on-demand",
+                "spot": SpotPolicy(max_interruptions=25, capacity_timeout=300, grace_period_seconds=2),
+            }
             if "_batch" in dag_id
             else {
                 "target": "kubernetes", "kubernetes_conn_id": "kubernetes_default", "namespace": "default",
