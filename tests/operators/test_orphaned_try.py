@@ -30,6 +30,19 @@ def test_a_supervised_task_notes_its_parent_and_an_in_process_one_nothing(monkey
     assert op._supervisor is None
 
 
+def test_a_task_whose_supervisor_died_before_it_noted_one_is_orphaned_from_the_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reparented to init (pid 1) already when the try starts or resumes: the worker was killed in the process's
+    first moments (the twenty-fourth soak, a resume's first second). Noting init as the supervisor would never
+    judge it orphaned, and it would read its pod's success, fail to record it and delete the pod."""
+    op = SimpleNamespace()
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", object(), raising=False)
+    monkeypatch.setattr(orphaned_try.os, "getppid", lambda: 1)
+    orphaned_try.remember(op)
+    assert orphaned_try.orphaned(op)
+
+
 def test_the_patience_covers_airflow_s_longest_wait_for_the_retry(monkeypatch: pytest.MonkeyPatch) -> None:
     """Heartbeat timeout, its detection interval, the retry delay Airflow may wait at most
     (``TaskInstance.next_retry_datetime``: with backoff up to twice ``delay * m ** (try - 1)``, within

@@ -59,6 +59,9 @@ LOOK_TIMEOUT_SECONDS = 15.0
 #: Seconds between two checks for a dead supervisor while a pod's log is followed (``WatchedLogs``).
 FOLLOW_CHECK_SECONDS = 1.0
 
+#: The supervisor noted by a process that was orphaned before it started (``remember``): no process's parent.
+ORPHANED_AT_START = -1
+
 #: What an orphan's own calls log to: nothing (its task log is a broken pipe).
 SILENT = logging.getLogger("airflow_gpu.orphaned_try.silent")
 SILENT.addHandler(logging.NullHandler())
@@ -78,7 +81,10 @@ def remember(op: Any, context: Any = None) -> None:
     Airflow 3, the same in each process of the try (a resume after a deferral)."""
     from airflow_gpu.utils.supervision import supervised
 
-    op._supervisor = os.getppid() if supervised() else None
+    parent = os.getppid()
+    # A parent of 1 is init's: the supervisor died before this process could note it (the twenty-fourth soak
+    # killed a worker in a resume's first second), and noting init would never judge this try orphaned.
+    op._supervisor = (ORPHANED_AT_START if parent == 1 else parent) if supervised() else None
     ti = context.get("ti") if isinstance(context, Mapping) else None
     if ti is not None and getattr(ti, "id", None):
         op._taker = f"{ti.id}"
