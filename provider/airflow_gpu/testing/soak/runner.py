@@ -364,8 +364,8 @@ def main(argv: list[str] | None = None) -> int:
         observer.close()
         supervisor.stop.set()
         faults = injector.faults
-        for fault in faults:  # a node loss late in the window stopped waiting for its job's end: read it now
-            if fault.kind == "batch_node_loss" and fault.outcome == "injected" and fault.pod_outcome is None:
+        for fault in faults:  # a node loss whose job had not ended when the fault stopped waiting: read its end now
+            if fault.kind == "batch_node_loss" and fault.outcome == "injected" and fault.pod_outcome != "FAILED":
                 fault.pod_outcome = str(soak.batch._job(fault.target.split("#")[0]).status)
             if invariants.interrupting(fault):
                 backend = "batch" if fault.kind.startswith("batch_") else "kubernetes"
