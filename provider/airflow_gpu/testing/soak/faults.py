@@ -363,24 +363,28 @@ class Injector(threading.Thread):
         # The Batch trainings and the Batch fan-outs' shards run on Batch spot (the two-machine trainings run on
         # the on-demand queue: AWS runs no multi-node job on Spot), each RUNNING for a part of its run: a reclaim
         # waits up to BATCH_RECLAIM_WAIT for one (at 5 s, the slice's found none in two runs beside the suite).
+        aimed = self._running_batch_job(fault, rng, lambda j: j.status == "RUNNING" and j.job_queue.name == "gpu-spot")
+        if aimed is not None:
+            fault.target = aimed.job_id
+            self.context.batch.reclaim(aimed.job_id)
+
+    def _running_batch_job(self, fault: Fault, rng: random.Random, wanted: Callable[[Any], bool]) -> Any:
+        """A job ``wanted`` that no reclaim or TerminateJob is stopping yet, waited for up to ``BATCH_RECLAIM_WAIT``
+        and drawn with ``rng``, its try in ``fault.key``; None (the fault skipped) when none came."""
         running = self._wait_for(
-            lambda: sorted(
-                (j for j in self.context.batch.jobs()
-                 if j.status == "RUNNING" and j.job_queue.name == "gpu-spot" and _not_stopping(j)),
-                key=lambda j: j.job_id,
-            ),
+            lambda: sorted((j for j in self.context.batch.jobs() if wanted(j) and _not_stopping(j)),
+                           key=lambda j: j.job_id),
             seconds=BATCH_RECLAIM_WAIT,
         )  # fmt: skip
         if not running:
             fault.outcome = "skipped"
-            return
+            return None
         job = rng.choice(running)
         seen = self.context.observer.jobs.get(job.job_id)
         # the observer polls: a job just started may not be in its history yet (the sixth soak counted a
         # training's first reclaim for no try); its tags name the try all the same
-        key = seen.key if seen else job_key(self.context.batch.driver.backend.list_tags_for_resource(job.arn))
-        fault.target, fault.key = job.job_id, key
-        self.context.batch.reclaim(job.job_id)
+        fault.key = seen.key if seen else job_key(self.context.batch.driver.backend.list_tags_for_resource(job.arn))
+        return job
 
     def _batch_armed(self, fault: Fault, operation: str) -> bool:
         """Whether an earlier fault still waits for calls of ``operation``: Batch faults hit "the next N
@@ -511,21 +515,14 @@ class Injector(threading.Thread):
         but an on-demand instance can still go, and Batch fails that node alone. Records what the job ended as
         (``pod_outcome``): the provider stops a job whose child node failed (``hooks.batch_nodes``), so FAILED,
         unless its main node had finished first."""
-        running = self._wait_for(
-            lambda: sorted(
-                (j for j in self.context.batch.jobs() if _running_child(j) is not None and _not_stopping(j)),
-                key=lambda j: j.job_id,
-            ),
-            seconds=BATCH_RECLAIM_WAIT,
-        )  # fmt: skip
-        if not running:
+        job = self._running_batch_job(fault, rng, lambda j: _running_child(j) is not None)
+        if job is None:
+            return
+        node = _running_child(job)
+        if node is None:  # its node ended between the look and now
             fault.outcome = "skipped"
             return
-        job = rng.choice(running)
-        node = _running_child(job)
-        seen = self.context.observer.jobs.get(job.job_id)
-        key = seen.key if seen else job_key(self.context.batch.driver.backend.list_tags_for_resource(job.arn))
-        fault.target, fault.key, fault.detail = node.job_id, key, "on-demand host failed"
+        fault.target, fault.detail = node.job_id, "on-demand host failed"
         self.context.batch.reclaim(node.job_id)
         ended = self._wait_for(
             lambda: [job.status] if job.status in ("SUCCEEDED", "FAILED") else [], NODE_LOSS_END_WAIT
