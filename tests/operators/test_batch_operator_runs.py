@@ -356,7 +356,7 @@ NODE_LOSS = """
 import os, time
 node, attempt = os.environ["AWS_BATCH_JOB_NODE_INDEX"], os.environ["AIRFLOW_GPU_ATTEMPT"]
 if attempt == "1":
-    time.sleep(600)
+    time.sleep(600)  # the workload's run: its node's host is lost, and the task stops the job (no wait of the test's)
 if node == "0":
     print('::airflow-gpu-result::{"loss": 0.25}')
 """

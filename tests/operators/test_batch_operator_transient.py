@@ -98,7 +98,7 @@ def test_a_late_job_of_an_earlier_submission_is_stopped_never_followed_once_the_
     from airflow_gpu.hooks.batch_submit import DUPLICATE_REASON
 
     emulator, context = aws_default_connection, {"ti": Ti(), "task_state_store": Store()}
-    sleeping = [sys.executable, "-c", "import time; time.sleep(60)"]
+    sleeping = [sys.executable, "-c", "import time; time.sleep(60)"]  # jobs that run until stopped, not a wait
     late, followed = operator(command=sleeping), operator(command=sleeping)
     late.submit_job(context)  # type: ignore[arg-type]  # the first send: its answer lost, listed late
     followed.submit_job(context)  # type: ignore[arg-type]  # sent again: the job the try followed

@@ -39,8 +39,13 @@ def test_a_task_whose_supervisor_died_before_it_noted_one_is_orphaned_from_the_s
     op = SimpleNamespace()
     monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", object(), raising=False)
     monkeypatch.setattr(orphaned_try.os, "getppid", lambda: 1)
+    monkeypatch.setattr(orphaned_try, "_airflow_is_init", lambda: False)  # pid 1 is an init (tini, systemd)
     orphaned_try.remember(op)
     assert orphaned_try.orphaned(op)
+    # Airflow as pid 1 (a KubernetesExecutor pod with no init) is the supervisor itself: not orphaned
+    monkeypatch.setattr(orphaned_try, "_airflow_is_init", lambda: True)
+    orphaned_try.remember(op)
+    assert not orphaned_try.orphaned(op)
 
 
 def test_the_patience_covers_airflow_s_longest_wait_for_the_retry(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -229,6 +229,8 @@ def test_a_node_loss_fails_a_running_child_node_of_a_multi_node_job_and_records_
     from tests.operators.task_context import Store, Ti
 
     emulator, gone = aws_default_connection, tmp_path / "gone"
+    # The workload, not a wait of the test's: the main node polls for the file the test writes once node 1 failed
+    # (its lost peer), then exits 1; node 1 runs until its host is lost.
     nodes = (
         "import os, sys, time\n"
         "while os.environ['AWS_BATCH_JOB_NODE_INDEX'] == '0' and not os.path.exists(sys.argv[1]): time.sleep(0.1)\n"

@@ -351,3 +351,11 @@ def test_a_child_still_failed_from_the_last_attempt_does_not_stop_the_next() -> 
     assert failed_child(job, {"mnp-1#0": main_node(300), "mnp-1#1": stale}) is None
     assert failed_child(job, {"mnp-1#0": main_node(None), "mnp-1#1": stale}) is None
     assert failed_child(job, {"mnp-1#0": main_node(100), "mnp-1#1": stale}) is not None
+
+
+def test_a_child_node_lost_before_any_attempt_is_judged_by_its_own_times() -> None:
+    """A node whose host went before an attempt was recorded carries its reason and times on the node itself."""
+    job = multinode("FAILED", {**started(attempt("Essential container in task exited", 1), 100), "stoppedAt": 200})
+    bare = {"jobId": "mnp-1#1", "nodeDetails": {"nodeIndex": 1, "isMainNode": False}, "attempts": [],
+            "status": "FAILED", "statusReason": RECLAIM, "stoppedAt": 150}  # fmt: skip
+    assert classify_job(job, {"mnp-1#1": bare}).reason == "NodeLost"

@@ -23,7 +23,6 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_gpu.accelerators import batch_job
 from airflow_gpu.operators.batch import GPUBatchOperator
 from airflow_gpu.operators.delegation import DelegatedRun, outside_the_users_dag
-from airflow_gpu.spot import batch as spot_batch
 
 if TYPE_CHECKING:
     from airflow_gpu.accelerators.accelerate import AccelerateLaunch
@@ -107,19 +106,6 @@ class MultiNodeBatchOperator(GPUBatchOperator):
                     f"queue {offer.name} is Spot only: multi-node parallel jobs are not supported on Spot compute "
                     "environments (AWS leaves them RUNNABLE); give an on-demand EC2 queue"
                 )
-
-    def _nodes(self, job: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
-        """A failed job's child nodes: one that lost its host makes the main node's failure an interruption,
-        resubmitted as a reclaim is (``spot_batch.lost_node``). Unreadable, the failure is the training's."""
-        ids = spot_batch.child_node_ids(job)
-        if not ids:
-            return None
-        try:
-            return self.gpu_hook.describe_jobs_batched(ids)
-        except Exception as error:  # throttled past the retries, or the API down
-            self.log.warning("Could not read the nodes of job %s (%s): a node that lost its host is not told "
-                             "from the training's own failure", job["jobId"], error)  # fmt: skip
-            return None
 
     def _log_job(self, job: dict[str, Any]) -> dict[str, Any]:
         """The main node's job (``<id>#0``): its attempts hold the log the result is read from."""

@@ -322,8 +322,16 @@ class GPUBatchOperator(BatchSubmission, BatchDeferral, BatchOperator):
         return job
 
     def _nodes(self, job: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
-        """A multi-node job's child nodes, for ``spot_batch.lost_node``; a single job has none."""
-        return None
+        """A failed multi-node job's nodes (none for any other job): one that lost its host makes the main node's
+        failure an interruption, resubmitted as a reclaim is (``spot_batch.lost_node``). Unreadable, the failure
+        is the workload's."""
+        if not (ids := spot_batch.child_node_ids(job)):
+            return None
+        try:
+            return self.gpu_hook.describe_jobs_batched(ids)
+        except Exception as error:  # throttled past the retries, or the API down
+            self.log.warning("Could not read the nodes of job %s (%s)", job["jobId"], error)
+            return None
 
     def _result(self, context: Context, job: dict[str, Any]) -> Any:
         """The last result line of the successful attempt (waiting out ingestion lag), else None with a

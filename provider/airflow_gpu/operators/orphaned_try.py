@@ -82,15 +82,26 @@ def remember(op: Any, context: Any = None) -> None:
     from airflow_gpu.utils.supervision import supervised
 
     parent = os.getppid()
-    # A parent of 1 is init's: the supervisor died before this process could note it (the twenty-fourth soak
-    # killed a worker in a resume's first second), and noting init would never judge this try orphaned.
-    op._supervisor = (ORPHANED_AT_START if parent == 1 else parent) if supervised() else None
+    # A parent of 1 that is not Airflow is init's: the supervisor died before this process could note it (the
+    # twenty-fourth soak killed a worker in a resume's first second), and noting init would never judge this try
+    # orphaned. Airflow as pid 1 (a KubernetesExecutor pod with no init) is the supervisor itself.
+    op._supervisor = (ORPHANED_AT_START if parent == 1 and not _airflow_is_init() else parent) if supervised() else None
     ti = context.get("ti") if isinstance(context, Mapping) else None
     if ti is not None and getattr(ti, "id", None):
         op._taker = f"{ti.id}"
     elif not getattr(op, "_taker", None):
         op._taker = uuid.uuid4().hex
     op._orphan_context = context if context is not None else getattr(op, "_orphan_context", None)
+
+
+def _airflow_is_init() -> bool:
+    """Whether pid 1 runs Airflow (or cannot be read: then it is taken for the supervisor, as before)."""
+    from pathlib import Path
+
+    try:
+        return b"airflow" in Path("/proc/1/cmdline").read_bytes()
+    except OSError:
+        return True
 
 
 def orphaned(op: Any) -> bool:

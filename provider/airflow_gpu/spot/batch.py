@@ -236,7 +236,8 @@ def _host_lost(node: Mapping[str, Any]) -> Mapping[str, Any] | None:
         return None
     last = (node.get("attempts") or [{}])[-1]
     reason = last.get("statusReason") or node.get("statusReason")
-    return {**last, "statusReason": reason} if is_reclaim(reason) else None
+    times = {k: last.get(k) or node.get(k) for k in ("startedAt", "stoppedAt")}  # no attempt: the node's own
+    return {**last, **times, "statusReason": reason} if is_reclaim(reason) else None
 
 
 def _began(attempt: Mapping[str, Any]) -> float:

@@ -228,6 +228,8 @@ class GPUBatchJobTrigger(BatchKill, BaseTrigger):
                     self._converge_rounds -= 1
                     await asyncio.to_thread(self._converge, await self._hook())
                 job = await poller.next_description(self.job_id)
+                if job is not None and job["status"] == "RUNNING" and child_node_ids(job):  # no training without a node
+                    await asyncio.to_thread(batch_nodes.stop_if_a_node_failed, await self._hook(), job)
             except Exception as error:
                 errors += 1
                 if errors >= self.max_errors:
@@ -243,8 +245,6 @@ class GPUBatchJobTrigger(BatchKill, BaseTrigger):
                     return
                 continue
             missing = 0
-            if job["status"] == "RUNNING" and child_node_ids(job):  # a training cannot go on without a node
-                await asyncio.to_thread(batch_nodes.stop_if_a_node_failed, await self._hook(), job)
             if job["status"] in FINAL:
                 try:  # stopped as a duplicate by a twin that saw the try's first job: that one is the try's
                     if await self._follow_kept(job):
