@@ -9,6 +9,7 @@ state store (tests/operators/task_context.py), the pods run on the Kubernetes em
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,7 +20,7 @@ from kubernetes import client, config
 
 from airflow_gpu.operators.kubernetes import GPUKubernetesOperator
 from airflow_gpu.operators.orphaned_try import TAKEN_ANNOTATION
-from airflow_gpu.operators.success_mark import SUCCESS_KEY
+from airflow_gpu.operators.success_mark import READ_ANNOTATION, SUCCESS_KEY
 from airflow_gpu.testing.kubernetes.emulator import KubernetesEmulator
 from airflow_gpu.testing.polling import wait_for
 from airflow_gpu.utils.end_hold import END_HOLD
@@ -308,7 +309,7 @@ def test_a_deferred_try_that_read_its_pod_s_success_and_died_is_taken_over_not_r
 ) -> None:
     """The fourth and fifth soaks: a deferred shard's resume read its pod's success and KPO deleted the pod; its
     worker was killed a moment later, before the task ended; the retry ran the shard again. The resume records
-    the success as the sync path does (``_record_success`` in ``cleanup``) and the retry takes it over."""
+    the success as the sync path does (``success_mark.record_pod`` in ``cleanup``) and the retry takes it over."""
     from airflow.sdk.exceptions import TaskDeferred
 
     from tests.operators.test_kubernetes_drained_after_success import first_event
@@ -330,3 +331,63 @@ def test_a_deferred_try_that_read_its_pod_s_success_and_died_is_taken_over_not_r
     assert store[SUCCESS_KEY]["result"] == {"loss": 0.5}
     assert operator(kubernetes_emulator, deferrable=True).execute(context(store, 2)) == {"loss": 0.5}
     assert pods_ever(kubernetes_emulator) == 1
+
+
+class ClosedPipe(Store):
+    """The task state store of a try whose supervisor is being killed: the record's request fails as the SDK's
+    comms fail on a closed pipe (``EOFError``); the other keys (KPO's pod identity) were written before."""
+
+    def set(self, key: str, value: Any) -> None:
+        if key == SUCCESS_KEY:
+            raise EOFError("Request socket closed before length")
+        super().set(key, value)
+
+
+def died_unrecorded(emulator: KubernetesEmulator, store: Store) -> client.V1Pod:
+    """Try 1 reads its pod's success, cannot record it, and dies before the task ends; the pod left behind."""
+    first = operator(emulator)
+
+    def killed(*args: Any, **kwargs: Any) -> Any:
+        raise SystemExit(-9)
+
+    first._succeed = killed  # type: ignore[method-assign]
+    with pytest.raises(SystemExit):
+        first.execute(context(store, 1))
+    assert SUCCESS_KEY not in store
+    core = client.CoreV1Api(config.new_client_from_config(config_file=str(emulator.kubeconfig_path)))
+    [kept] = core.list_namespaced_pod("default").items
+    return kept
+
+
+def test_a_success_that_could_not_be_recorded_keeps_its_pod_and_the_retry_takes_it_over(
+    kubernetes_emulator: KubernetesEmulator,
+) -> None:
+    """The twenty-fourth soak (seed 1786873327, shard 44): a worker was killed while its try wrote the success
+    record; the write failed on the closed pipe before the task process was reparented (the kernel closes a
+    dying process's files before it hands its children on), so the try did not see itself orphaned yet, KPO
+    deleted the pod, and the retry found neither record nor pod and ran the shard again. The supervisor's
+    death is played by the store's ``EOFError`` with the parent unchanged, and ``_succeed`` raising
+    ``SystemExit``. The pod is kept, held, unmarked, with the reading try's clearing on it; the retry reads
+    it instead of running the workload again, then deletes it and lets it go."""
+    store = ClosedPipe()
+    kept = died_unrecorded(kubernetes_emulator, store)
+    assert kept.status.phase == "Succeeded" and kept.metadata.deletion_timestamp is None
+    assert kept.metadata.finalizers == [END_HOLD] and "already_checked" not in (kept.metadata.labels or {})
+    assert json.loads(kept.metadata.annotations[READ_ANNOTATION]) == {"try_number": 1, "max_tries": 2, "retries": 2}
+    retry = context(Store(store), 2)
+    assert operator(kubernetes_emulator).execute(retry) == {"loss": 0.5}
+    assert pods_ever(kubernetes_emulator) == 1  # not run again
+    assert retry["ti"].xcom["return_value"] == {"loss": 0.5}
+    core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubernetes_emulator.kubeconfig_path)))
+    wait_for(lambda: core.list_namespaced_pod("default").items == [], 30, "the pod deleted and let go of")
+
+
+def test_a_clear_after_an_unrecorded_success_runs_the_workload_again(kubernetes_emulator: KubernetesEmulator) -> None:
+    """The kept pod is no success for a Clear's try (``max_tries = try_number + retries``): KPO's reattach
+    finds it, deletes it as an ended pod, and a new pod runs the workload, as after a recorded success."""
+    store = ClosedPipe()
+    died_unrecorded(kubernetes_emulator, store)
+    assert operator(kubernetes_emulator).execute(context(Store(store), 2, max_tries=1 + 2)) == {"loss": 0.5}
+    assert pods_ever(kubernetes_emulator) == 2
+    core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubernetes_emulator.kubeconfig_path)))
+    wait_for(lambda: core.list_namespaced_pod("default").items == [], 30, "every pod deleted and let go of")

@@ -74,3 +74,22 @@ def test_a_pod_whose_first_read_failed_for_good_is_deleted(
     pods = api.list_namespaced_pod("default").items
     assert len(pods) <= 1 and len(pods_ever(kubernetes_emulator)) == 1  # made, then deleted (or going)
     assert all(p.metadata.deletion_timestamp is not None for p in pods), [p.metadata.name for p in pods]
+
+
+def test_a_resume_whose_read_of_its_pod_meets_503s_reads_it_again(kubernetes_emulator: KubernetesEmulator) -> None:
+    """The twenty-fourth soak (shard 44): the resume's first read of the pod it resumed for (KPO's
+    ``hook.get_pod``, which asks once) met a 503 after the pod had succeeded, and failed the try."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from tests.operators.test_kubernetes_drained_after_success import first_event
+
+    ti = context()
+    with pytest.raises(TaskDeferred) as deferred:
+        operator(kubernetes_emulator, deferrable=True).execute(ti)
+    event = first_event(deferred.value.trigger)
+    assert event["status"] == "success", event
+    kubernetes_emulator.inject_api_fault(verb="get", resource="pods", name=event["name"], status=503, times=2)
+    resumed = operator(kubernetes_emulator, deferrable=True)
+    assert resumed.trigger_reentry(ti, event, **deferred.value.kwargs) == {"loss": 0.5}
+    assert len(kubernetes_emulator.api_faults_injected) == 2
+    assert len(pods_ever(kubernetes_emulator)) == 1

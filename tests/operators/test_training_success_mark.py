@@ -207,3 +207,48 @@ def test_reattach_off_trains_again(kubernetes_default_connection: KubernetesEmul
         assert training(seconds=1, durable=False).execute(context(store, 2)) == {"loss": 0.25}  # type: ignore[arg-type]
         deleted(emulator)
     assert len(history.created()) == 2
+
+
+class ClosedPipe(JsonStore):
+    """The store of a try whose supervisor is being killed (the twenty-fourth soak's pod case, here for a Job):
+    the record's request and the run's closing fail as the SDK's comms fail on a closed pipe (``EOFError``);
+    with ``closes``, only the record fails (an api-server error past the retries), and the closing goes through."""
+
+    def __init__(self, closes: bool = False) -> None:
+        super().__init__()
+        self.closes = closes
+
+    def set(self, key: str, value: Any) -> None:
+        closing = key == STATE_STORE_KEY and not value.get("open") and not self.closes
+        if key == SUCCESS_KEY or closing:
+            raise EOFError("Request socket closed before length")
+        super().set(key, value)
+
+
+def test_a_training_success_that_could_not_be_recorded_keeps_its_job_for_the_retry(
+    kubernetes_default_connection: KubernetesEmulator,
+) -> None:
+    """The try cannot record the success, nor close its run, and its process is not yet seen orphaned (the
+    kernel closes a dying supervisor's pipe before it reparents its children): its own error handling
+    (``_after_error``, run for real here) leaves the complete Job, and the retry takes it over. Before, the Job
+    was deleted ahead of the run's closing, and the retry trained again."""
+    emulator, store = kubernetes_default_connection, ClosedPipe()
+    with JobHistory(emulator) as history:
+        with pytest.raises(EOFError):
+            training(seconds=1).execute(context(store, 1))  # type: ignore[arg-type]
+        assert SUCCESS_KEY not in store and store[STATE_STORE_KEY]["open"] is True
+        assert len(jobs(emulator)) == 1  # kept
+        retry = context(JsonStore(store), 2)
+        assert training(seconds=1).execute(retry) == {"loss": 0.25}  # type: ignore[arg-type]
+        deleted(emulator)
+    assert len(history.created()) == 1  # trained once
+
+
+def test_a_training_success_unrecorded_but_closed_deletes_its_job_as_before(
+    kubernetes_default_connection: KubernetesEmulator,
+) -> None:
+    """The record failed and the closing went through: the try lives, judged its Job, and deletes it."""
+    emulator, store = kubernetes_default_connection, ClosedPipe(closes=True)
+    assert training(seconds=1).execute(context(store, 1)) == {"loss": 0.25}  # type: ignore[arg-type]
+    assert SUCCESS_KEY not in store and store[STATE_STORE_KEY]["open"] is False
+    deleted(emulator)

@@ -118,7 +118,17 @@ def cluster_gpu_capacity(api: Any) -> list[GPUCapacity]:
 
 
 class GPUKubernetesHook(KubernetesHook):
-    """``KubernetesHook`` with the cluster's GPU capacity, for messages and for users' own tasks."""
+    """``KubernetesHook`` with the cluster's GPU capacity, for messages and for users' own tasks; its read of a
+    pod by name is asked again through throttles and server errors."""
+
+    def get_pod(self, name: str, namespace: str) -> Any:
+        """The pod, asked again through 429, 5xx and dropped connections (``utils.api_retry``). KPO reads by name,
+        once, the pod a resume is for and the pod the task state store names for a reattach: a 503 there failed
+        the try (the twenty-fourth soak: a resume's first read, after its pod had succeeded)."""
+        from airflow_gpu.utils.api_retry import call
+
+        read = super().get_pod
+        return call(lambda: read(name, namespace), f"reading pod {namespace}/{name}", log=self.log)
 
     def gpu_capacity(self) -> list[GPUCapacity]:
         """GPUs per accelerator type and capacity type: allocatable, requested by running pods, free."""

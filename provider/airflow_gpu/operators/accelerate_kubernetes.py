@@ -247,12 +247,17 @@ class IndexedJobTraining:
         op._output, op._unread = self.machine_logs.main_output(main)
         publish(context, op.spot_run, node)
         op._publish_profile(context, main["metadata"]["name"] if main else self.job, node)
-        if decision.action == "succeed":  # before the Job and the open run go: a retry after a crash takes it
-            training_success.record(self, context, node)
-        self.jobs.delete(self.job, grace_seconds=op.termination_grace_period or 30)
+        # Recorded before the Job and the open run go: a retry after a crash takes the success over. One that could
+        # not be (the store's request failed: the supervisor dying) keeps the Job, and the run open, for a retry.
+        recorded = decision.action != "succeed" or training_success.record(self, context, node)
+        if recorded:
+            self.jobs.delete(self.job, grace_seconds=op.termination_grace_period or 30)
         if decision.action != "resubmit":
-            self._judged = True
+            self._judged = recorded  # unrecorded: an error closing the run leaves the Job (``_after_error``)
             save_run(context, STATE_STORE_KEY, op.spot_run, open_=False)  # this try judged its Job
+            self._judged = True
+            if not recorded:  # the store took this write after all: the Job goes as it would have
+                self.jobs.delete(self.job, grace_seconds=op.termination_grace_period or 30)
         if self._killed.is_set():
             raise AirflowException("the task was killed; the training Job was deleted")
         if decision.action == "succeed":

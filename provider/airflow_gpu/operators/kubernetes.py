@@ -47,7 +47,14 @@ from airflow_gpu.links.profile import GPUProfileLink
 from airflow_gpu.operators import kubernetes_profiler, kubernetes_reads, orphaned_try, success_mark
 from airflow_gpu.operators.gpu_profile import check_interval, profiled_by_default
 from airflow_gpu.operators.kubernetes_pod import STATE_ANNOTATION, dress, placement
-from airflow_gpu.operators.kubernetes_reads import UNREAD, ClusterReads, RetryingPodManager, classify_gone, lost_create
+from airflow_gpu.operators.kubernetes_reads import (
+    UNREAD,
+    ClusterReads,
+    RetriedLookups,
+    RetryingPodManager,
+    classify_gone,
+    lost_create,
+)
 from airflow_gpu.operators.kubernetes_release import PodsReleased
 from airflow_gpu.operators.kubernetes_resume import PodDeferral
 from airflow_gpu.operators.kubernetes_takeover import UnreadSuccessKept, succeeded_unread, take_over
@@ -58,7 +65,6 @@ from airflow_gpu.spot.classifier import Classification, Outcome, disrupted_by
 from airflow_gpu.spot.policy import Capacity, SpotPolicy
 from airflow_gpu.spot.run import SpotRun
 from airflow_gpu.triggers.interruption_log import log_interruptions
-from airflow_gpu.utils.api_retry import call
 from airflow_gpu.utils.kubernetes import to_dict
 from airflow_gpu.utils.pod_identity import identity_mismatch
 from airflow_gpu.utils.results import ResultError, WorkloadOutput, missing_result
@@ -67,7 +73,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class GPUKubernetesOperator(UnreadSuccessKept, PodsReleased, PodDeferral, KubernetesPodOperator):
+class GPUKubernetesOperator(UnreadSuccessKept, PodsReleased, PodDeferral, RetriedLookups, KubernetesPodOperator):
     """Run a container on Kubernetes GPUs described by one accelerator spec.
 
     :param accelerator: ``"H100:8"``, an ``Accelerator``, or candidates in preference order
@@ -162,13 +168,6 @@ class GPUKubernetesOperator(UnreadSuccessKept, PodsReleased, PodDeferral, Kubern
         return RetryingPodManager(kube_client=self.client, callbacks=self.callbacks,
                                   stop=lambda: orphaned_try.stop_if_orphaned(self))  # fmt: skip
 
-    def find_pod(self, namespace: str, context: Context, *, exclude_checked: bool = True) -> k8s.V1Pod | None:
-        """KPO's label search, asked again as every call of the task is (``utils.api_retry``)."""
-        search = getattr(KubernetesPodOperator.find_pod, "__wrapped__", KubernetesPodOperator.find_pod)
-        found: k8s.V1Pod | None = call(lambda: search(self, namespace, context, exclude_checked=exclude_checked),
-                                       f"listing the pods of task {self.task_id}", log=self.log)  # fmt: skip
-        return found
-
     # --- the pod: KPO's, plus the run's placement -----------------------------------------
 
     def build_pod_request_obj(self, context: Context | None = None, *, dry_run: bool = False) -> k8s.V1Pod:
@@ -259,7 +258,8 @@ class GPUKubernetesOperator(UnreadSuccessKept, PodsReleased, PodDeferral, Kubern
         """Classify the pod, read its result, then let KPO clean up. KPO cleans up only a pod it read back; one created
         but never read back (the API throttled or down past the retry budget) is read here and, while it runs,
         deleted (unless ``on_finish_action="keep_pod"``). A try whose supervisor died leaves the pod to its retry or
-        deletes it (``orphaned_try``). A pod Succeeded on a deletion's signal fails."""
+        deletes it (``orphaned_try``). A pod Succeeded on a deletion's signal fails. A success that could not be
+        recorded keeps its pod for a retry (``success_mark.keep_unrecorded``)."""
         if orphaned_try.orphaned(self):  # its retry takes the pod over, if one will
             kept = context is not None and why_no_takeover(self, context) is None
             return orphaned_try.settle(self, remote_pod or self.pod, kept, context)
@@ -273,22 +273,17 @@ class GPUKubernetesOperator(UnreadSuccessKept, PodsReleased, PodDeferral, Kubern
                 with contextlib.suppress(ApiException):
                     self.pod_manager.delete_pod(remote_pod)
                 return
+        recorded = True
         try:  # only a pod that was created: a refused create (quota, webhook) stays KPO's error
             if not self._killed and self.pod is not None:
                 self._classify(remote_pod or self.pod)
-                self._record_success(context)  # before KPO deletes the pod: a retry finds the success
+                recorded = success_mark.record_pod(self, context)  # before KPO deletes the pod: a retry finds it
         finally:
-            super().cleanup(pod, remote_pod, xcom_result, context)
+            if recorded:
+                super().cleanup(pod, remote_pod, xcom_result, context)
+            else:  # the pod is the record: kept for a retry to take over
+                success_mark.keep_unrecorded(self, remote_pod or self.pod, context)
         kubernetes_reads.stopped_on_deletion(self._outcome, self._ended)  # KPO fails any other phase
-
-    def _record_success(self, context: Context | None) -> None:
-        if context is None or self.do_xcom_push or self._result_error is not None or self.pod is None:
-            return
-        if self._outcome is not None and self._outcome.outcome is Outcome.SUCCEEDED:
-            try:
-                success_mark.record(context, self.pod.metadata.name, self._logged_result, self.spot_run.to_json())
-            except Exception as error:  # the success stands; only a crash after it would run the workload again
-                self.log.warning("Could not record the pod's success in the task state store (%s)", error)
 
     def _classify(self, pod: k8s.V1Pod) -> None:
         self._ended = current = self.reads.pod(pod)

@@ -21,6 +21,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import PodLaunchFailedException
@@ -29,7 +30,7 @@ from airflow.sdk.exceptions import AirflowException
 from kubernetes.client import models as k8s
 from kubernetes.client.exceptions import ApiException
 
-from airflow_gpu.hooks.kubernetes import cluster_gpu_capacity, node_capacity_type
+from airflow_gpu.hooks.kubernetes import GPUKubernetesHook, cluster_gpu_capacity, node_capacity_type
 from airflow_gpu.operators.orphaned_try import WatchedLogs
 from airflow_gpu.profiling import termination
 from airflow_gpu.profiling.marker import MAX_CHUNKS, PROFILE_MARKER
@@ -195,6 +196,28 @@ def _unwrapped(method: Any) -> Any:
 
 def _name(pod: k8s.V1Pod) -> str:
     return f"{pod.metadata.namespace}/{pod.metadata.name}"
+
+
+class RetriedLookups:
+    """A mixin of ``GPUKubernetesOperator``: KPO's lookups of a pod that ask the API once, asked again as every
+    call of the task is (``utils.api_retry``): its label search (``find_pod``; KPO's own retry gives up after a
+    few tries) and its read by name (``hook.get_pod``: the pod a resume is for, the pod the task state store
+    names for a reattach), where a 503 failed the try (the twenty-fourth soak: a resume's first read)."""
+
+    @cached_property
+    def hook(self) -> GPUKubernetesHook:
+        op: Any = self
+        return GPUKubernetesHook(conn_id=op.kubernetes_conn_id, in_cluster=op.in_cluster,
+                                 config_file=op.config_file, cluster_context=op.cluster_context)  # fmt: skip
+
+    def find_pod(self, namespace: str, context: Context, *, exclude_checked: bool = True) -> k8s.V1Pod | None:
+        from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
+        op: Any = self
+        search = getattr(KubernetesPodOperator.find_pod, "__wrapped__", KubernetesPodOperator.find_pod)
+        found: k8s.V1Pod | None = call(lambda: search(op, namespace, context, exclude_checked=exclude_checked),
+                                       f"listing the pods of task {op.task_id}", log=op.log)  # fmt: skip
+        return found
 
 
 class ClusterReads:

@@ -26,6 +26,9 @@ Nothing is taken over
 * from a pod that failed, or any other pod than an earlier try's of this task instance: the
   identity is the one a reattach checks (``utils.pod_identity``: dag, task, run and map index
   labels, the uid the task state store recorded for that name), with a try number below this one.
+* from a pod an earlier try read and kept because it could not record the success
+  (``success_mark.keep_unrecorded``) when a Clear came since: its ``READ_ANNOTATION`` holds that try's
+  clearing, and a Clear asks for a new run.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.cncf.kubernetes.operators.pod import POD_IDENTIFIER_STATE_KEY
 
 from airflow_gpu.operators.pod_marks import CHECKED_LABEL, submissions
+from airflow_gpu.operators.success_mark import read_in_another_clearing
 from airflow_gpu.spot.classifier import ended_on_a_deletion_signal
 from airflow_gpu.utils.api_retry import call
 from airflow_gpu.utils.end_hold import held
@@ -66,7 +70,8 @@ def succeeded_unread(op: KubernetesPodOperator, context: Context) -> k8s.V1Pod |
         recorded = stored.get("uid") if isinstance(stored, dict) and stored.get("name") == pod.metadata.name else None
         mismatch = identity_mismatch(labels, pod.metadata.uid, expected=expected, try_number=try_number,
                                      recorded_uid=str(recorded) if recorded else None)  # fmt: skip
-        if mismatch is None and unread_success(pod) and _earlier(labels.get("try_number"), try_number):
+        cleared = read_in_another_clearing(context, pod.metadata.annotations)  # kept unrecorded, then a Clear
+        if mismatch is None and unread_success(pod) and _earlier(labels.get("try_number"), try_number) and not cleared:
             found.append(pod)
     return max(found, key=lambda pod: (int(pod.metadata.labels["try_number"]), submissions(pod.metadata.annotations)),
                default=None)  # fmt: skip
@@ -119,7 +124,8 @@ class UnreadSuccessKept:
             mine = this_try.isdigit() and identity_mismatch(
                 labels, pod.metadata.uid, expected=expected, try_number=int(this_try)
             ) is None  # fmt: skip
-            if mine and unread_success(pod) and _earlier(theirs, int(this_try)):
+            cleared = read_in_another_clearing(getattr(op, "_orphan_context", None), pod.metadata.annotations)
+            if mine and unread_success(pod) and _earlier(theirs, int(this_try)) and not cleared:
                 op.log.info("Pod %s of try %s succeeded and no try read its end: this try reads it instead of "
                             "running the workload again", pod.metadata.name, theirs)  # fmt: skip
                 return False

@@ -31,19 +31,24 @@ if TYPE_CHECKING:
 BACKEND = "training"
 
 
-def record(run: IndexedJobTraining, context: Context, location: str | None) -> None:
+def record(run: IndexedJobTraining, context: Context, location: str | None) -> bool:
     """Before the Job is deleted and the run closed: a retry after this worker dies takes the success over.
-    A result line that is not JSON records nothing: this try fails on it, and a retry trains again."""
+    A result line that is not JSON records nothing: this try fails on it, and a retry trains again. False when
+    the record could not be written: the caller keeps the Job for a retry (``success_mark``)."""
     try:
         result = run._result()
     except Exception:  # ``spot_task.bad_result``: raised by the caller once the Job is deleted
-        return
+        return True
     output = run.op._output
     unread = run.op._unread if output is None else output.unread  # why no result, for the retry's warning
     try:
         success_mark.record(context, str(run.job), result, run.op.spot_run.to_json(), location, BACKEND, unread)
-    except Exception as error:  # the success stands; only a crash after it would train again
-        run.log.warning("Could not record the training's success in the task state store (%s)", error)
+    except Exception as error:  # the success stands; the Job keeps it for a retry until the run is closed
+        with contextlib.suppress(Exception):  # an orphan's log line fails
+            run.log.warning("Could not record the training's success in the task state store (%s); Job %s is "
+                            "kept for a retry to take over", error, run.job)  # fmt: skip
+        return False
+    return True
 
 
 def recorded(run: IndexedJobTraining, context: Context) -> dict[str, Any] | None:
