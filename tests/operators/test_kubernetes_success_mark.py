@@ -343,9 +343,9 @@ class ClosedPipe(Store):
         super().set(key, value)
 
 
-def died_unrecorded(emulator: KubernetesEmulator, store: Store) -> client.V1Pod:
+def died_unrecorded(emulator: KubernetesEmulator, store: Store, **kwargs: Any) -> client.V1Pod:
     """Try 1 reads its pod's success, cannot record it, and dies before the task ends; the pod left behind."""
-    first = operator(emulator)
+    first = operator(emulator, **kwargs)
 
     def killed(*args: Any, **kwargs: Any) -> Any:
         raise SystemExit(-9)
@@ -382,12 +382,88 @@ def test_a_success_that_could_not_be_recorded_keeps_its_pod_and_the_retry_takes_
     wait_for(lambda: core.list_namespaced_pod("default").items == [], 30, "the pod deleted and let go of")
 
 
-def test_a_clear_after_an_unrecorded_success_runs_the_workload_again(kubernetes_emulator: KubernetesEmulator) -> None:
+@pytest.mark.parametrize("on_finish_action", ["delete_pod", "keep_pod", "delete_active_pod"])
+def test_a_clear_after_an_unrecorded_success_runs_the_workload_again(
+    kubernetes_emulator: KubernetesEmulator, on_finish_action: str
+) -> None:
     """The kept pod is no success for a Clear's try (``max_tries = try_number + retries``): KPO's reattach
-    finds it, deletes it as an ended pod, and a new pod runs the workload, as after a recorded success."""
+    finds it (by the identity in the store), and it is set aside, labelled checked and let go of (deleted
+    unless the user keeps pods, as KPO would), and a new pod runs the workload, as after a recorded success.
+    Kept pods (``keep_pod``, ``delete_active_pod``) were returned to KPO's reattach and read as the new try's."""
     store = ClosedPipe()
-    died_unrecorded(kubernetes_emulator, store)
-    assert operator(kubernetes_emulator).execute(context(Store(store), 2, max_tries=1 + 2)) == {"loss": 0.5}
+    died_unrecorded(kubernetes_emulator, store, on_finish_action=on_finish_action)
+    cleared = context(Store(store), 2, max_tries=1 + 2)
+    assert operator(kubernetes_emulator, on_finish_action=on_finish_action).execute(cleared) == {"loss": 0.5}
     assert pods_ever(kubernetes_emulator) == 2
     core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubernetes_emulator.kubeconfig_path)))
-    wait_for(lambda: core.list_namespaced_pod("default").items == [], 30, "every pod deleted and let go of")
+    if on_finish_action == "delete_pod":
+        wait_for(lambda: core.list_namespaced_pod("default").items == [], 30, "every pod deleted and let go of")
+        return
+    pods = core.list_namespaced_pod("default").items
+    assert len(pods) == 2 and all(pod.metadata.labels.get("already_checked") == "True" for pod in pods)
+    assert all(not pod.metadata.finalizers for pod in pods)  # kept as asked, let go of
+
+
+class FailsOnce(Store):
+    """A store whose first write of the record fails (the api-server down past the retries), then works."""
+
+    failed = False
+
+    def set(self, key: str, value: Any) -> None:
+        if key == SUCCESS_KEY and not self.failed:
+            self.failed = True
+            raise RuntimeError("API_SERVER_ERROR 503")
+        super().set(key, value)
+
+
+@pytest.mark.parametrize("on_finish_action", ["delete_pod", "keep_pod"])
+def test_a_try_that_lives_on_records_the_success_again_and_cleans_up_its_pod(
+    kubernetes_emulator: KubernetesEmulator, on_finish_action: str
+) -> None:
+    """The first write failed, the try lives on: before it succeeds it records the success again and then ends
+    the pod as KPO's cleanup would have (deleted; or labelled checked and let go of where pods are kept), so
+    nothing waits on ``airflow-gpu reap`` and no Clear takes the kept pod for an unread success."""
+    store = FailsOnce()
+    op = operator(kubernetes_emulator, on_finish_action=on_finish_action)
+    assert op.execute(context(store, 1)) == {"loss": 0.5}
+    assert store.failed and store[SUCCESS_KEY]["try_number"] == 1
+    core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubernetes_emulator.kubeconfig_path)))
+    if on_finish_action == "delete_pod":
+        wait_for(lambda: core.list_namespaced_pod("default").items == [], 30, "the pod deleted and let go of")
+        return
+    [pod] = core.list_namespaced_pod("default").items
+    assert pod.metadata.labels.get("already_checked") == "True" and not pod.metadata.finalizers
+
+
+def test_on_the_last_try_an_unrecorded_success_cleans_up_as_before(kubernetes_emulator: KubernetesEmulator) -> None:
+    """No retry would take the pod over (``max_tries`` reached): it is not kept, KPO deletes it."""
+    store = ClosedPipe()
+    last = context(store, 3, max_tries=2)
+    assert operator(kubernetes_emulator).execute(last) == {"loss": 0.5}
+    core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubernetes_emulator.kubeconfig_path)))
+    wait_for(lambda: core.list_namespaced_pod("default").items == [], 30, "the pod deleted and let go of")
+
+
+def test_a_recorded_success_taken_over_where_pods_are_kept_is_labelled_checked_and_a_clear_runs_again(
+    kubernetes_emulator: KubernetesEmulator,
+) -> None:
+    """``on_finish_action="keep_pod"``: try 1 recorded its success and died before KPO's cleanup labelled the
+    pod checked. The retry that takes the record over labels it, as that cleanup would have; unlabelled, a
+    later Clear's try took the kept pod for a success no try read and returned its old result."""
+    store = Store()
+    first = operator(kubernetes_emulator, on_finish_action="keep_pod")
+
+    def killed(*args: Any, **kwargs: Any) -> Any:
+        raise SystemExit(-9)
+
+    first.patch_already_checked = killed  # type: ignore[method-assign]
+    with pytest.raises(SystemExit):
+        first.execute(context(store, 1))
+    assert store[SUCCESS_KEY]["try_number"] == 1
+    assert operator(kubernetes_emulator, on_finish_action="keep_pod").execute(context(store, 2)) == {"loss": 0.5}
+    core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubernetes_emulator.kubeconfig_path)))
+    [pod] = core.list_namespaced_pod("default").items
+    assert pod.metadata.labels.get("already_checked") == "True" and not pod.metadata.finalizers
+    cleared = context(store, 3, max_tries=2 + 2)
+    assert operator(kubernetes_emulator, on_finish_action="keep_pod").execute(cleared) == {"loss": 0.5}
+    assert pods_ever(kubernetes_emulator) == 2  # run again

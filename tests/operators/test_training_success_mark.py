@@ -252,3 +252,13 @@ def test_a_training_success_unrecorded_but_closed_deletes_its_job_as_before(
     assert training(seconds=1).execute(context(store, 1)) == {"loss": 0.25}  # type: ignore[arg-type]
     assert SUCCESS_KEY not in store and store[STATE_STORE_KEY]["open"] is False
     deleted(emulator)
+
+
+def test_on_the_last_try_an_unrecorded_training_success_deletes_its_job(
+    kubernetes_default_connection: KubernetesEmulator,
+) -> None:
+    """No retry would take the Job over (``max_tries`` reached): it is deleted as before, whatever the store."""
+    emulator, store = kubernetes_default_connection, ClosedPipe()
+    with pytest.raises(EOFError):
+        training(seconds=1).execute(context(store, 3, max_tries=2))  # type: ignore[arg-type]
+    deleted(emulator)

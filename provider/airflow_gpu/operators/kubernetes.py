@@ -44,7 +44,7 @@ from airflow_gpu.accelerators.shared_memory import SharedMemory
 from airflow_gpu.accelerators.spec import Accelerator, parse_candidates
 from airflow_gpu.images.selection import resolve_image
 from airflow_gpu.links.profile import GPUProfileLink
-from airflow_gpu.operators import kubernetes_profiler, kubernetes_reads, orphaned_try, success_mark
+from airflow_gpu.operators import kubernetes_profiler, kubernetes_reads, orphaned_try, success_mark, unrecorded_pod
 from airflow_gpu.operators.gpu_profile import check_interval, profiled_by_default
 from airflow_gpu.operators.kubernetes_pod import STATE_ANNOTATION, dress, placement
 from airflow_gpu.operators.kubernetes_reads import (
@@ -259,7 +259,7 @@ class GPUKubernetesOperator(UnreadSuccessKept, PodsReleased, PodDeferral, Retrie
         but never read back (the API throttled or down past the retry budget) is read here and, while it runs,
         deleted (unless ``on_finish_action="keep_pod"``). A try whose supervisor died leaves the pod to its retry or
         deletes it (``orphaned_try``). A pod Succeeded on a deletion's signal fails. A success that could not be
-        recorded keeps its pod for a retry (``success_mark.keep_unrecorded``)."""
+        recorded keeps its pod for a retry (``unrecorded_pod``)."""
         if orphaned_try.orphaned(self):  # its retry takes the pod over, if one will
             kept = context is not None and why_no_takeover(self, context) is None
             return orphaned_try.settle(self, remote_pod or self.pod, kept, context)
@@ -277,12 +277,12 @@ class GPUKubernetesOperator(UnreadSuccessKept, PodsReleased, PodDeferral, Retrie
         try:  # only a pod that was created: a refused create (quota, webhook) stays KPO's error
             if not self._killed and self.pod is not None:
                 self._classify(remote_pod or self.pod)
-                recorded = success_mark.record_pod(self, context)  # before KPO deletes the pod: a retry finds it
+                recorded = unrecorded_pod.record_pod(self, context)  # before KPO deletes the pod: a retry finds it
         finally:
             if recorded:
                 super().cleanup(pod, remote_pod, xcom_result, context)
             else:  # the pod is the record: kept for a retry to take over
-                success_mark.keep_unrecorded(self, remote_pod or self.pod, context)
+                unrecorded_pod.keep(self, remote_pod or self.pod, context)
         kubernetes_reads.stopped_on_deletion(self._outcome, self._ended)  # KPO fails any other phase
 
     def _classify(self, pod: k8s.V1Pod) -> None:
@@ -367,6 +367,7 @@ class GPUKubernetesOperator(UnreadSuccessKept, PodsReleased, PodDeferral, Retrie
             return self._succeed(context, result)
 
     def _succeed(self, context: Context, result: Any) -> Any:
+        unrecorded_pod.record_kept(self, context)  # a pod kept unrecorded, while the try lives on
         self.spot_run.finish(self._outcome or Classification(Outcome.SUCCEEDED, "Succeeded"))
         publish(context, self.spot_run, self._node())
         self._publish_profile(context, self.spot_run.workload, self._node())

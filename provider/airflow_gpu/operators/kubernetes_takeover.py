@@ -27,7 +27,7 @@ Nothing is taken over
   identity is the one a reattach checks (``utils.pod_identity``: dag, task, run and map index
   labels, the uid the task state store recorded for that name), with a try number below this one.
 * from a pod an earlier try read and kept because it could not record the success
-  (``success_mark.keep_unrecorded``) when a Clear came since: its ``READ_ANNOTATION`` holds that try's
+  (``unrecorded_pod``) when a Clear came since: its ``READ_ANNOTATION`` holds that try's
   clearing, and a Clear asks for a new run.
 """
 
@@ -39,6 +39,7 @@ from airflow.providers.cncf.kubernetes.operators.pod import POD_IDENTIFIER_STATE
 
 from airflow_gpu.operators.pod_marks import CHECKED_LABEL, submissions
 from airflow_gpu.operators.success_mark import read_in_another_clearing
+from airflow_gpu.operators.unrecorded_pod import set_aside
 from airflow_gpu.spot.classifier import ended_on_a_deletion_signal
 from airflow_gpu.utils.api_retry import call
 from airflow_gpu.utils.end_hold import held
@@ -124,8 +125,9 @@ class UnreadSuccessKept:
             mine = this_try.isdigit() and identity_mismatch(
                 labels, pod.metadata.uid, expected=expected, try_number=int(this_try)
             ) is None  # fmt: skip
-            cleared = read_in_another_clearing(getattr(op, "_orphan_context", None), pod.metadata.annotations)
-            if mine and unread_success(pod) and _earlier(theirs, int(this_try)) and not cleared:
+            if mine and unread_success(pod) and _earlier(theirs, int(this_try)):
+                if set_aside(op, pod, getattr(op, "_orphan_context", None)):  # kept unrecorded, then a Clear
+                    return True
                 op.log.info("Pod %s of try %s succeeded and no try read its end: this try reads it instead of "
                             "running the workload again", pod.metadata.name, theirs)  # fmt: skip
                 return False

@@ -34,7 +34,7 @@ the api-server answered an error past the retries) must not be followed by the p
 twenty-fourth soak (seed 1786873327) killed a worker while its try wrote the record; the write failed on
 the closed pipe before the kernel had reparented the task process, so the try did not yet see itself
 orphaned, KPO deleted the pod, and the retry found neither record nor pod and ran the shard again. The pod
-is then the record (``keep_unrecorded``): kept, still held by the provider's finalizer, not marked
+is then the record (``unrecorded_pod``): kept, still held by the provider's finalizer, not marked
 checked, so a retry takes it over as a success no try read (``kubernetes_takeover``); ``READ_ANNOTATION``
 on it holds the reading try's clearing, so a Clear's try does not (``read_in_another_clearing``).
 """
@@ -46,7 +46,6 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from airflow_gpu.spot.classifier import Outcome
 from airflow_gpu.utils import end_hold, task_state
 
 if TYPE_CHECKING:
@@ -58,7 +57,7 @@ SUCCESS_KEY = "airflow_gpu_pod_succeeded"
 READ_ANNOTATION = "airflow-gpu/read-by"
 
 
-def _clearing(context: Context) -> dict[str, Any]:
+def clearing(context: Context) -> dict[str, Any]:
     """What a Clear of this task changes and a retry does not (see the module's docstring)."""
     ti = context["ti"]
     return {"max_tries": int(ti.max_tries), "retries": getattr(getattr(ti, "task", None), "retries", None)}
@@ -76,7 +75,7 @@ def record(
     """This try read the success of ``workload`` (a pod's or a Batch job's name) and ``result`` (None: no result
     line, or ``unread`` says why its log could not be read); ``run`` is the spot run's state, ``location``
     where the workload ran (a Batch job's queue)."""
-    value = {"try_number": int(context["ti"].try_number), **_clearing(context), "backend": backend,
+    value = {"try_number": int(context["ti"].try_number), **clearing(context), "backend": backend,
              "workload": workload, "location": location, "result": result, "run": run}  # fmt: skip
     if unread is not None:
         value["unread"] = unread
@@ -94,7 +93,7 @@ def recorded(context: Context, backend: str = "kubernetes") -> dict[str, Any] | 
     if not isinstance(value.get("workload", value.get("pod")), str):
         return None
     earlier = isinstance(value.get("try_number"), int) and value["try_number"] < int(context["ti"].try_number)
-    same = all(value.get(key, "absent") == now for key, now in _clearing(context).items())
+    same = all(value.get(key, "absent") == now for key, now in clearing(context).items())
     return value if earlier and same else None
 
 
@@ -114,15 +113,21 @@ def take_over(op: Any, context: Context, mark: dict[str, Any]) -> Any:
 
 
 def _settle(op: Any, name: str) -> None:
+    """As KPO's cleanup ends with a read pod: deleted, or kept as ``on_finish_action`` says and then labelled
+    checked, so that no later try (a Clear's) takes it for a success nobody read; let go of either way."""
     namespace = op.namespace or op.hook.get_namespace() or "default"
     if op.on_finish_action in ("delete_pod", "delete_succeeded_pod"):
         with contextlib.suppress(Exception):  # gone already, most likely
             op.client.delete_namespaced_pod(name, namespace, grace_period_seconds=op.termination_grace_period)
+    else:
+        from kubernetes.client import models as k8s
+
+        op.patch_already_checked(k8s.V1Pod(metadata=k8s.V1ObjectMeta(name=name, namespace=namespace)), reraise=False)
     end_hold.release_quietly(op.client, name, namespace, op.log)
 
 
 def read_in_another_clearing(context: Context | None, annotations: Mapping[str, str] | None) -> bool:
-    """A pod kept unrecorded (``keep_unrecorded``) by a try of another clearing: a Clear came since, which asks
+    """A pod kept unrecorded (``unrecorded_pod``) by a try of another clearing: a Clear came since, which asks
     for a new run. False without the annotation (a pod no try read) or without a context to compare with."""
     raw = (annotations or {}).get(READ_ANNOTATION)
     if not raw or context is None:
@@ -133,42 +138,4 @@ def read_in_another_clearing(context: Context | None, annotations: Mapping[str, 
         return False
     if not isinstance(value, dict):
         return False
-    return any(value.get(key, "absent") != now for key, now in _clearing(context).items())
-
-
-def record_pod(op: Any, context: Context | None) -> bool:
-    """Record the success of ``op``'s pod, which its cleanup judged; False when a success could not be recorded
-    (the pod must then stay: ``keep_unrecorded``), True when it was or nothing was to be (no success, a sidecar's
-    result, a result line that is not JSON, no context)."""
-    if context is None or op.do_xcom_push or op._result_error is not None or op.pod is None:
-        return True
-    if op._outcome is None or op._outcome.outcome is not Outcome.SUCCEEDED:
-        return True
-    try:
-        record(context, op.pod.metadata.name, op._logged_result, op.spot_run.to_json())
-    except Exception as error:  # the success stands; the pod keeps it for a retry (``keep_unrecorded``)
-        op._unrecorded = error
-        return False
-    return True
-
-
-def keep_unrecorded(op: Any, pod: Any, context: Context | None) -> None:
-    """The pod's success could not be recorded: neither deleted nor marked checked, it stays held by the
-    finalizer for a retry to take over, with the reading try's clearing on it (``READ_ANNOTATION``)."""
-    from airflow_gpu.operators import orphaned_try
-    from airflow_gpu.utils.api_retry import call
-
-    log = orphaned_try.SILENT if orphaned_try.orphaned(op) else op.log  # an orphan's log lines fail
-    name, namespace = pod.metadata.name, pod.metadata.namespace
-    with contextlib.suppress(Exception):
-        log.warning("Could not record the success of pod %s in the task state store (%s); the pod is kept for "
-                    "a retry to take over", name, getattr(op, "_unrecorded", None))  # fmt: skip
-    if context is None:
-        return
-    value = json.dumps({"try_number": int(context["ti"].try_number), **_clearing(context)})
-    patch = {"metadata": {"annotations": {READ_ANNOTATION: value}}}
-    try:
-        call(lambda: op.client.patch_namespaced_pod(name, namespace, patch), f"marking pod {name} as read", log=log)
-    except Exception as error:  # unmarked, a Clear's try would take it over too: told, not fatal
-        with contextlib.suppress(Exception):
-            log.warning("Could not mark pod %s as read by this try (%s)", name, error)
+    return any(value.get(key, "absent") != now for key, now in clearing(context).items())

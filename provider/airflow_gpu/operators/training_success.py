@@ -20,6 +20,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 from airflow_gpu.operators import success_mark
+from airflow_gpu.operators.retry_rule import why_no_takeover
 from airflow_gpu.operators.spot_task import publish, save_run
 
 if TYPE_CHECKING:
@@ -34,7 +35,8 @@ BACKEND = "training"
 def record(run: IndexedJobTraining, context: Context, location: str | None) -> bool:
     """Before the Job is deleted and the run closed: a retry after this worker dies takes the success over.
     A result line that is not JSON records nothing: this try fails on it, and a retry trains again. False when
-    the record could not be written: the caller keeps the Job for a retry (``success_mark``)."""
+    the record could not be written and a retry would take the Job over: the caller keeps it (``unrecorded_pod``
+    says why, for a pod)."""
     try:
         result = run._result()
     except Exception:  # ``spot_task.bad_result``: raised by the caller once the Job is deleted
@@ -44,10 +46,12 @@ def record(run: IndexedJobTraining, context: Context, location: str | None) -> b
     try:
         success_mark.record(context, str(run.job), result, run.op.spot_run.to_json(), location, BACKEND, unread)
     except Exception as error:  # the success stands; the Job keeps it for a retry until the run is closed
+        why_not = why_no_takeover(run.op, context)  # none comes: the Job goes as before
         with contextlib.suppress(Exception):  # an orphan's log line fails
-            run.log.warning("Could not record the training's success in the task state store (%s); Job %s is "
-                            "kept for a retry to take over", error, run.job)  # fmt: skip
-        return False
+            run.log.warning("Could not record the training's success in the task state store (%s); Job %s %s",
+                            error, run.job, f"is deleted all the same: {why_not}" if why_not else
+                            "is kept for a retry to take over")  # fmt: skip
+        return why_not is not None
     return True
 
 
