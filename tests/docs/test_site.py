@@ -1,7 +1,8 @@
 """The built documentation site as a reader meets it, in a real browser (Debian's chromium, driven
 by Playwright, as the plugin's browser tests): every page loads without a script error, every
-internal link (``<a href>``, its ``#fragment`` included) and image (``<img src>``) resolves, and the
-search page finds "H100". The site is opened from files, as a downloaded copy of the docs is.
+internal link (``<a href>``, its ``#fragment`` included) and image (``<img src>``) resolves, every
+code block has its copy button, and the search page finds "H100". The site is opened from files,
+as a downloaded copy of the docs is.
 
 One browser and one page for the whole crawl: about forty loads of local files.
 """
@@ -25,6 +26,8 @@ PAGE_FACTS = """() => ({
   links: [...document.querySelectorAll('a[href]')].map(a => a.href),
   images: [...document.querySelectorAll('img')].map(i => ({src: i.src, ok: i.complete && i.naturalWidth > 0})),
   ids: [...document.querySelectorAll('[id]')].map(e => e.id),
+  blocks: document.querySelectorAll('div.highlight').length,
+  copies: document.querySelectorAll('div.highlight button.copybtn').length,
 })"""
 
 
@@ -87,6 +90,8 @@ def crawl(page: object, site: Path) -> Crawl:
         facts = page.evaluate(PAGE_FACTS)  # type: ignore[attr-defined]
         found.problems += [f"{name}: {error}" for error in errors]
         found.pages[path] = set(facts["ids"])
+        if facts["copies"] != facts["blocks"]:  # sphinx-copybutton adds one to every code block, on every page
+            found.problems.append(f"{name}: {facts['blocks']} code blocks, {facts['copies']} copy buttons")
         for image in facts["images"]:
             if _local(image["src"], site) is not None and not image["ok"]:
                 found.problems.append(f"{name}: image {image['src']} does not load")

@@ -416,3 +416,54 @@ def test_a_job_an_orphaned_submission_found_is_left_to_the_retry_not_terminated(
     (job,) = described(emulator)
     assert op.job_id == job["jobId"]  # found, and handed to the orphan's own handling of it
     assert not str(job.get("statusReason") or "").startswith(KILLED[0])  # not terminated as a killed task's
+
+
+def _orphaned_with_an_unsaved_job(emulator: BatchEmulator, monkeypatch: pytest.MonkeyPatch, store: Store) -> dict:
+    """Try 1: SubmitJob's answer is lost and the worker dies in the pause before the look-up; the job it made
+    runs to its end unsaved (the orphan watches it and leaves, as it leaves any work)."""
+    from airflow_gpu.operators.orphaned_try import OrphanedTry
+
+    monkeypatch.setenv("AIRFLOW__GPU__ORPHANED_TRY_PATIENCE_SECONDS", "600")
+    emulator.fail("SubmitJob", "lost", times=1)
+    op: Any = operator()
+    real_sleep = batch_retries.sleep
+
+    def supervisor_dies_in_the_pause(seconds: float) -> None:
+        op._supervisor = -1  # another parent now: the worker was SIGKILLed, this process lives on
+        real_sleep(min(seconds, 0.1))
+
+    monkeypatch.setattr(batch_retries, "sleep", supervisor_dies_in_the_pause)
+    with pytest.raises(OrphanedTry):
+        op.execute({"ti": Ti(max_tries=1), "task_state_store": store})
+    monkeypatch.setattr(batch_retries, "sleep", real_sleep)
+    (job,) = described(emulator)
+    wait_for(lambda: described(emulator)[0]["status"] in ("SUCCEEDED", "FAILED"), 60, "the unsaved job to end")
+    assert "airflow_gpu_batch_job" not in store  # nothing saved: the retry cannot know the job that way
+    return dict(job)
+
+
+def test_a_retry_takes_over_the_job_its_previous_try_made_but_never_saved(
+    aws_default_connection: BatchEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The twenty-sixth soak (seed 1556083924, ``soak_fanout_batch`` shard 49): try 1's SubmitJob met a 500 after
+    Batch had made the job, and its worker was killed a second later; the job succeeded, and try 2, with no saved
+    run, submitted the shard again. The retry now finds the previous try's first job by its name and tags and
+    reads its success: one job in all."""
+    emulator, store = aws_default_connection, Store()
+    job = _orphaned_with_an_unsaved_job(emulator, monkeypatch, store)
+    retry = {"ti": Ti(try_number=2, max_tries=1), "task_state_store": store}
+    assert operator().execute(retry) == {"loss": 0.25}
+    assert [j["jobId"] for j in described(emulator)] == [job["jobId"]]  # not submitted again
+    assert retry["ti"].xcom["batch_job_id"] == job["jobId"]
+
+
+def test_a_job_its_try_judged_is_not_taken_over_by_a_later_try(
+    aws_default_connection: BatchEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job the saved run names was judged by its try (a Clear after that try's success asks for a new run):
+    the next try submits its own."""
+    emulator, store = aws_default_connection, Store()
+    assert operator().execute({"ti": Ti(max_tries=1), "task_state_store": store}) == {"loss": 0.25}
+    cleared = {"ti": Ti(try_number=2, max_tries=3), "task_state_store": store}
+    assert operator().execute(cleared) == {"loss": 0.25}
+    assert len(described(emulator)) == 2

@@ -48,6 +48,7 @@ from airflow_gpu.links.profile import GPUProfileLink
 from airflow_gpu.operators import batch_success, orphaned_try, success_mark
 from airflow_gpu.operators.batch_deferral import JOB_ID_XCOM_KEY, RESUBMIT, STATE_KEY, BatchDeferral
 from airflow_gpu.operators.batch_submission import BatchSubmission
+from airflow_gpu.operators.batch_unsaved import unsaved_first_job
 from airflow_gpu.operators.gpu_profile import check_interval, profiled_by_default, publish_profile
 from airflow_gpu.operators.spot_task import bad_result, fail, publish, save_run, saved_run
 from airflow_gpu.spot import batch as spot_batch
@@ -181,6 +182,11 @@ class GPUBatchOperator(BatchSubmission, BatchDeferral, BatchOperator):
     def _earlier_job(self, context: Context) -> dict[str, Any] | None:
         saved = saved_run(context, STATE_KEY, open_only=True)
         job = earlier_job(context, saved, self.gpu_hook, self.spot_run, self.log)
+        if job is None and saved is None:  # the previous try's first job, never saved (``batch_unsaved``)
+            job = unsaved_first_job(self, context, (saved_run(context, STATE_KEY) or {}).get("workload"))
+            if job is not None:
+                self.spot_run.submitted(str(job["jobId"]))
+                save_run(context, STATE_KEY, self.spot_run)
         if job is not None:
             self.job_id = job["jobId"]
             context["ti"].xcom_push(key=JOB_ID_XCOM_KEY, value=self.job_id)  # this try's XCom starts empty
