@@ -22,27 +22,25 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from airflow_gpu.accelerators.batch_job import TRY_TAG, identity_tags
+from airflow_gpu.accelerators.batch_job import TRY_TAG, identity_tags, job_name
 from airflow_gpu.hooks import batch_submit
-from airflow_gpu.operators.batch_deferral import first_job_name
 from airflow_gpu.spot.batch import FINAL
 from airflow_gpu.triggers.batch_resubmission import oldest_of_try, same_task_try
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_gpu.operators.batch import GPUBatchOperator
 
-
-def unsaved_first_job(op: GPUBatchOperator, context: Context, saved: str | None) -> dict[str, Any] | None:
+def unsaved_first_job(op: Any, context: Context, saved: str | None) -> dict[str, Any] | None:
     """The previous try's first job that no saved run names (``saved``: the workload of the run in the store,
-    open or closed), described; None when there is none, or it failed."""
+    open or closed), described; None when there is none, or it failed. ``op``: a ``GPUBatchOperator`` (not
+    imported: the operator imports this module)."""
     ti = context["ti"]
     previous = int(ti.try_number) - 1
     if previous < 1:
         return None
     identity = {**identity_tags(ti), TRY_TAG: str(previous)}
-    name = first_job_name(op, context)
+    name = job_name(str(op.job_name), getattr(ti, "map_index", -1))  # ``batch_deferral.first_job_name``
 
     def ours(job: Any) -> bool:
         return job["jobId"] != saved and same_task_try(job, identity)
