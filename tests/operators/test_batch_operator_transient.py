@@ -392,38 +392,12 @@ def test_a_try_whose_supervisor_died_during_a_throttle_pause_submits_nothing(
     assert paused.is_set() and described(emulator) == []  # nothing sent after the pause
 
 
-def test_a_job_an_orphaned_submission_found_is_left_to_the_retry_not_terminated(
-    aws_default_connection: BatchEmulator, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """SubmitJob's answer was lost and the worker died during the pause before the look-up: the look-up finds the
-    job, which a retry may take over (by its name and try tags), so the orphan leaves it as it leaves any work
-    (``orphaned_try``) instead of terminating it as killed; its log lines, which would fail, are dropped."""
+def _orphaned_submission(emulator: BatchEmulator, monkeypatch: pytest.MonkeyPatch, store: Store, patience: str) -> Any:
+    """Try 1: SubmitJob's answer is lost and the worker dies in the pause before the look-up (the orphan's
+    patience as given); the try, ended with ``OrphanedTry``."""
     from airflow_gpu.operators.orphaned_try import OrphanedTry
 
-    monkeypatch.setenv("AIRFLOW__GPU__ORPHANED_TRY_PATIENCE_SECONDS", "1")
-    emulator, store = aws_default_connection, Store()
-    emulator.fail("SubmitJob", "lost", times=1)
-    op: Any = operator()
-    real_sleep = batch_retries.sleep
-
-    def supervisor_dies_in_the_pause(seconds: float) -> None:
-        op._supervisor = -1  # another parent now: the worker was SIGKILLed, this process lives on
-        real_sleep(min(seconds, 0.1))
-
-    monkeypatch.setattr(batch_retries, "sleep", supervisor_dies_in_the_pause)
-    with pytest.raises(OrphanedTry):
-        op.execute({"ti": Ti(max_tries=1), "task_state_store": store})
-    (job,) = described(emulator)
-    assert op.job_id == job["jobId"]  # found, and handed to the orphan's own handling of it
-    assert not str(job.get("statusReason") or "").startswith(KILLED[0])  # not terminated as a killed task's
-
-
-def _orphaned_with_an_unsaved_job(emulator: BatchEmulator, monkeypatch: pytest.MonkeyPatch, store: Store) -> dict:
-    """Try 1: SubmitJob's answer is lost and the worker dies in the pause before the look-up; the job it made
-    runs to its end unsaved (the orphan watches it and leaves, as it leaves any work)."""
-    from airflow_gpu.operators.orphaned_try import OrphanedTry
-
-    monkeypatch.setenv("AIRFLOW__GPU__ORPHANED_TRY_PATIENCE_SECONDS", "600")
+    monkeypatch.setenv("AIRFLOW__GPU__ORPHANED_TRY_PATIENCE_SECONDS", patience)
     emulator.fail("SubmitJob", "lost", times=1)
     op: Any = operator()
     real_sleep = batch_retries.sleep
@@ -436,6 +410,24 @@ def _orphaned_with_an_unsaved_job(emulator: BatchEmulator, monkeypatch: pytest.M
     with pytest.raises(OrphanedTry):
         op.execute({"ti": Ti(max_tries=1), "task_state_store": store})
     monkeypatch.setattr(batch_retries, "sleep", real_sleep)
+    return op
+
+
+def test_a_job_an_orphaned_submission_found_is_left_to_the_retry_not_terminated(
+    aws_default_connection: BatchEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SubmitJob's answer was lost and the worker died during the pause before the look-up: the look-up finds the
+    job, which a retry may take over (by its name and try tags), so the orphan leaves it as it leaves any work
+    (``orphaned_try``) instead of terminating it as killed; its log lines, which would fail, are dropped."""
+    op = _orphaned_submission(aws_default_connection, monkeypatch, Store(), "1")
+    (job,) = described(aws_default_connection)
+    assert op.job_id == job["jobId"]  # found, and handed to the orphan's own handling of it
+    assert not str(job.get("statusReason") or "").startswith(KILLED[0])  # not terminated as a killed task's
+
+
+def _orphaned_with_an_unsaved_job(emulator: BatchEmulator, monkeypatch: pytest.MonkeyPatch, store: Store) -> dict:
+    """Try 1 orphaned as above; the job it made runs to its end unsaved (the orphan watches it and leaves)."""
+    _orphaned_submission(emulator, monkeypatch, store, "600")
     (job,) = described(emulator)
     wait_for(lambda: described(emulator)[0]["status"] in ("SUCCEEDED", "FAILED"), 60, "the unsaved job to end")
     assert "airflow_gpu_batch_job" not in store  # nothing saved: the retry cannot know the job that way
