@@ -353,10 +353,10 @@ def test_a_multi_node_job_without_a_result_returns_none(aws_default_connection: 
 #: collective does until its timeout (30 minutes by default), and the peer runs until its host is lost; the next
 #: submission trains through.
 NODE_LOSS = """
-import os, time
+import os, signal
 node, attempt = os.environ["AWS_BATCH_JOB_NODE_INDEX"], os.environ["AIRFLOW_GPU_ATTEMPT"]
 if attempt == "1":
-    time.sleep(600)  # the workload's run: its node's host is lost, and the task stops the job (no wait of the test's)
+    signal.pause()  # until stopped: its peer's host is lost, and the task stops the job
 if node == "0":
     print('::airflow-gpu-result::{"loss": 0.25}')
 """

@@ -98,7 +98,7 @@ def test_a_late_job_of_an_earlier_submission_is_stopped_never_followed_once_the_
     from airflow_gpu.hooks.batch_submit import DUPLICATE_REASON
 
     emulator, context = aws_default_connection, {"ti": Ti(), "task_state_store": Store()}
-    sleeping = [sys.executable, "-c", "import time; time.sleep(60)"]  # jobs that run until stopped, not a wait
+    sleeping = [sys.executable, "-c", "import signal; signal.pause()"]  # jobs that run until stopped
     late, followed = operator(command=sleeping), operator(command=sleeping)
     late.submit_job(context)  # type: ignore[arg-type]  # the first send: its answer lost, listed late
     followed.submit_job(context)  # type: ignore[arg-type]  # sent again: the job the try followed
@@ -459,3 +459,21 @@ def test_a_job_its_try_judged_is_not_taken_over_by_a_later_try(
     cleared = {"ti": Ti(try_number=2, max_tries=3), "task_state_store": store}
     assert operator().execute(cleared) == {"loss": 0.25}
     assert len(described(emulator)) == 2
+
+
+def test_a_second_unsaved_job_of_the_previous_try_is_stopped_as_a_duplicate(
+    aws_default_connection: BatchEmulator,
+) -> None:
+    """Try 1 sent its first job twice (a lost answer, listed late) and saved neither: the retry takes the first
+    created over and terminates the other, which would run on for nobody, as a duplicate."""
+    from airflow_gpu.hooks.batch_submit import DUPLICATE_REASON
+
+    emulator, first_try = aws_default_connection, {"ti": Ti(max_tries=1), "task_state_store": Store()}
+    operator().submit_job(first_try)  # type: ignore[arg-type]  # its answer lost: nothing saved for the retry
+    operator(command=[sys.executable, "-c", "import signal; signal.pause()"]).submit_job(first_try)  # type: ignore[arg-type]
+    first = described(emulator)[0]
+    retry = {"ti": Ti(try_number=2, max_tries=1), "task_state_store": Store()}
+    assert operator().execute(retry) == {"loss": 0.25}
+    assert retry["ti"].xcom["batch_job_id"] == first["jobId"]
+    wait_for(lambda: described(emulator)[1]["status"] == "FAILED", 60, "the duplicate stopped")
+    assert described(emulator)[1]["statusReason"] == DUPLICATE_REASON and len(described(emulator)) == 2

@@ -45,16 +45,19 @@ def unsaved_first_job(op: Any, context: Context, saved: str | None) -> dict[str,
     def ours(job: Any) -> bool:
         return job["jobId"] != saved and same_task_try(job, identity)
 
-    def keep(jobs: Any) -> Any:  # a failed one holds nothing to read: the oldest of the others
-        return oldest_of_try([j for j in jobs if ours(j) and j["status"] != "FAILED"], identity)
+    chosen: list[Any] = []
+
+    def keep(jobs: Any) -> Any:  # a failed one holds nothing to read: the oldest of the others, as listed
+        kept = oldest_of_try([j for j in jobs if ours(j) and j["status"] != "FAILED"], identity)
+        chosen[:] = [kept] if kept is not None else []
+        return kept
 
     queues = sorted(set(op.queues.values())) if op.queues else [str(op.job_queue)]
     for queue in queues:
-        kept = batch_submit.stop_duplicates(op.gpu_hook, queue, name, keep, ours, FINAL)
-        job = op.gpu_hook.describe_jobs_batched([kept]).get(kept) if kept is not None else None
-        if job is None or job["status"] == "FAILED":  # failed since it was listed
+        if batch_submit.stop_duplicates(op.gpu_hook, queue, name, keep, ours, FINAL) is None:
             continue
+        job = dict(chosen[0])
         op.log.info("Took over job %s (%s, %s) of try %s, which submitted it and ended before it could save it, "
-                    "instead of submitting it again", kept, name, job["status"], previous)  # fmt: skip
-        return dict(job)
+                    "instead of submitting it again", job["jobId"], name, job["status"], previous)  # fmt: skip
+        return job
     return None

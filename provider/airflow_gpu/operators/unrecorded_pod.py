@@ -97,10 +97,11 @@ def set_aside(op: Any, pod: k8s.V1Pod, context: Context | None) -> bool:
     if not read_in_another_clearing(context, pod.metadata.annotations):
         return False
     op.patch_already_checked(pod, reraise=False)  # a reattach never finds it again, whatever is kept
-    if op.on_finish_action not in KEEPING:
-        with contextlib.suppress(Exception):
-            op.pod_manager.delete_pod(pod)  # and let go of
-    end_hold.release_quietly(op.client, pod.metadata.name, pod.metadata.namespace, op.log)
+    if op.on_finish_action in KEEPING:
+        end_hold.release_quietly(op.client, pod.metadata.name, pod.metadata.namespace, op.log)
+    else:
+        with contextlib.suppress(Exception):  # a delete that fails leaves the hold to ``airflow-gpu reap``
+            op.pod_manager.delete_pod(pod)  # and let go of (``RetryingPodManager.delete_pod``)
     op.log.info("Pod %s holds a success read before the task was cleared: a new pod runs the workload",
                 pod.metadata.name)  # fmt: skip
     return True
